@@ -1,0 +1,42 @@
+"""Admission of one request payload: everything checked before any media is decoded.
+
+Order (cheapest first): payload size, JSON + schema, modality, item counts, frames, part sizes,
+then the token budget from image headers. Each refusal is an :class:`~edgevlm.errors.EdgevlmError`
+whose wire form comes from :func:`edgevlm.errors.wire_error`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import PayloadTooLarge
+from .limits import RequestLimits, check_request_limits, count_items
+from .preflight import Budget, PreflightContext, preflight
+from .protocol import Request, parse_request
+
+
+@dataclass(frozen=True)
+class RequestSide:
+    """The deployment's request-side settings and the model facts they need."""
+
+    limits: RequestLimits
+    preflight: PreflightContext
+
+
+@dataclass(frozen=True)
+class Admitted:
+    request: Request
+    counts: dict[str, int]
+    budget: Budget
+
+
+def admit(payload: bytes, side: RequestSide) -> Admitted:
+    """Parse and check a request payload; raises the error to answer with."""
+    if len(payload) > side.limits.max_payload_bytes:
+        raise PayloadTooLarge(f"request is {len(payload)} bytes, the limit is "
+                              f"{side.limits.max_payload_bytes} (limits.max_payload_bytes); "
+                              "send smaller images or fewer of them")
+    request = parse_request(payload)
+    check_request_limits(request, len(payload), side.limits)
+    budget = preflight(request, side.preflight)
+    return Admitted(request, count_items(request), budget)

@@ -1,0 +1,155 @@
+"""The ``edgevlm`` command line.
+
+Exit codes: 0 success, 1 the work failed (bad media, refused request, runtime error),
+2 bad usage or configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .errors import EdgevlmError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+_SIZE = re.compile(r"\A(\d+)[xX×](\d+)\Z")
+
+
+def _print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from .protocol import request_schema
+
+    text = json.dumps(request_schema(), indent=2, sort_keys=True) + "\n"
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def _parse_size(text: str) -> tuple[int, int]:
+    match = _SIZE.match(text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not WIDTHxHEIGHT (e.g. 1280x720)")
+    width, height = int(match.group(1)), int(match.group(2))
+    if width < 1 or height < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: width and height must be at least 1")
+    return width, height
+
+
+def cmd_tokens(args: argparse.Namespace) -> int:
+    from .vision.decode import MediaPolicy, probe_image
+    from .vision.sizing import get_family, image_tokens
+
+    try:
+        family = get_family(args.family)
+    except ValueError as exc:
+        print(f"edgevlm tokens: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if not args.size and not args.images:
+        print("edgevlm tokens: give --size WIDTHxHEIGHT or one or more image files",
+              file=sys.stderr)
+        return EXIT_USAGE
+    results: list[dict[str, Any]] = []
+    status = EXIT_OK
+    inputs: list[tuple[str | None, tuple[int, int] | None]] = [(None, s) for s in args.size]
+    inputs += [(f, None) for f in args.images]
+    policy = MediaPolicy(formats=frozenset({"JPEG", "PNG", "WEBP", "BMP", "GIF", "TIFF"}))
+    for file, size in inputs:
+        try:
+            if file is not None:
+                header = probe_image(Path(file).read_bytes(), policy)
+                size = (header.width, header.height)
+            assert size is not None
+            sized = image_tokens(size[0], size[1], family, args.min_pixels, args.max_pixels)
+            entry: dict[str, Any] = {"width": size[0], "height": size[1], **sized.to_json()}
+            if file is not None:
+                entry = {"file": file, **entry}
+            results.append(entry)
+        except (OSError, EdgevlmError) as exc:
+            message = exc.message if isinstance(exc, EdgevlmError) else str(exc)
+            print(f"edgevlm tokens: {file or size}: {message}", file=sys.stderr)
+            status = EXIT_FAILED
+    if results:
+        _print_json(results[0] if len(inputs) == 1 else results)
+    return status
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    from .config import ConfigError, load_config
+
+    try:
+        config = load_config(args.file)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_USAGE
+    if args.json:
+        _print_json(config.model_dump(mode="json"))
+    else:
+        print(f"{args.file}: configuration is valid")
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(json_output=args.json)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="edgevlm", description="A Qwen3-VL vision-language daemon for edge boards that "
+        "speaks MQTT.")
+    parser.add_argument("--version", action="version", version=f"edgevlm {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("demo", help="run the request side on sample frames and print what "
+                       "happens to each request")
+    p.add_argument("--json", action="store_true", help="one JSON object per sample")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("schema", help="print the JSON Schema of requests and responses")
+    p.add_argument("-o", "--output", help="write to this file instead of standard output")
+    p.set_defaults(func=cmd_schema)
+
+    p = sub.add_parser("tokens", help="image token arithmetic: resized size, grid, tokens",
+                       description="Print {resized_width, resized_height, grid: [t, h, w], "
+                       "tokens, tokens_with_markers} for a size or image files (sizes are "
+                       "WIDTHxHEIGHT; grid is in patches, tokens are LLM tokens).")
+    p.add_argument("images", nargs="*", metavar="IMAGE_FILE", help="image files (header only)")
+    p.add_argument("--size", action="append", default=[], type=_parse_size,
+                   metavar="WIDTHxHEIGHT", help="a size instead of a file (repeatable)")
+    p.add_argument("--family", default="qwen3-vl",
+                   help="qwen3-vl (default), qwen2.5-vl or qwen2-vl")
+    p.add_argument("--min-pixels", type=int, default=None, help="override the family minimum")
+    p.add_argument("--max-pixels", type=int, default=None, help="override the family maximum")
+    p.set_defaults(func=cmd_tokens)
+
+    p = sub.add_parser("check-config", help="validate a YAML configuration file")
+    p.add_argument("file")
+    p.add_argument("--json", action="store_true", help="print the validated configuration")
+    p.set_defaults(func=cmd_check_config)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    result: int = args.func(args)
+    return result

@@ -1,0 +1,189 @@
+"""Token-budget preflight: refuse a request that cannot fit before any pixel is decoded.
+
+Image sizes come from the file headers (a lazy Pillow open of the first 64 KiB of the decoded
+bytes), run through the family's ``smart_resize`` with the effective pixel bounds; video adds
+its per-group timestamps and markers; ``vision_tokens`` cost their grid; ``image_ref`` costs
+what its cache entry holds; text is counted by the model's tokenizer on the chat-template
+rendering. ``prompt_tokens + max_tokens > context`` is ``context_length_exceeded`` with every
+number in the message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from . import strict_base64
+from .errors import CacheMiss, ContextLengthExceeded, UnsupportedMedia, UnsupportedModality
+from .limits import MMLimits
+from .protocol import (
+    ImagePart,
+    ImageRefPart,
+    ImageUrlPart,
+    InlineBytes,
+    Request,
+    VideoFramesPart,
+    VisionTokensPart,
+    media_base64_span,
+)
+from .tokenizer import TextTokenizer, render_chat
+from .vision.decode import ImageHeader, MediaPolicy, probe_image
+from .vision.sizing import Family, image_tokens, pixel_bounds, video_tokens
+
+# Headers are probed from a prefix of the base64: 4 KiB first (a plain JPEG/PNG/WebP header),
+# then 64 KiB (big EXIF blocks with thumbnails), then the whole file.
+HEADER_PREFIXES = (5_464, 87_384)
+HEADER_PREFIX_CHARS = HEADER_PREFIXES[-1]
+
+
+@dataclass(frozen=True)
+class BudgetItem:
+    """The token cost of one media item."""
+
+    path: str
+    kind: str  # image | image_ref | vision_tokens | video
+    tokens: int  # LLM tokens the item adds, markers and timestamps included
+    detail: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The prompt's token budget."""
+
+    text_tokens: int
+    vision_tokens: int
+    prompt_tokens: int
+    max_tokens: int
+    context: int
+    items: tuple[BudgetItem, ...]
+    tokenizer: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "prompt_tokens": self.prompt_tokens, "text_tokens": self.text_tokens,
+            "vision_tokens": self.vision_tokens, "max_tokens": self.max_tokens,
+            "context": self.context, "tokenizer": self.tokenizer,
+            # "tokens" of an item: what it adds to the prompt, markers included
+            "items": [{"path": i.path, "kind": i.kind, **i.detail, "tokens": i.tokens}
+                      for i in self.items],
+        }
+
+
+@dataclass(frozen=True)
+class PreflightContext:
+    """What the preflight needs to know about the deployment and the model."""
+
+    family: Family
+    context_length: int
+    tokenizer: TextTokenizer
+    media: MediaPolicy = field(default_factory=MediaPolicy)
+    mm: MMLimits = field(default_factory=MMLimits)
+    max_pixels: int | None = None  # model.max_pixels: the deployment cap
+    min_pixels: int | None = None  # model.min_pixels
+    ref_tokens: Callable[[str], int | None] | None = None  # image_ref -> cached LLM tokens
+
+
+def header_of(source: str | InlineBytes | Any, policy: MediaPolicy, path: str) -> ImageHeader:
+    """Image header of a media source, decoding only a prefix of its base64 when it can.
+
+    The policy's format and pixel limits are checked here; errors name the part's path.
+    """
+    try:
+        _, text, start = media_base64_span(source)
+        for chars in HEADER_PREFIXES:
+            if len(text) - start <= chars:
+                break
+            try:
+                return probe_image(strict_base64.decode(text[start:start + chars]), policy)
+            except (UnsupportedMedia, strict_base64.Base64Error):
+                continue  # header beyond the prefix: try a longer one, then the whole file
+        return probe_image(strict_base64.decode(text[start:]), policy)
+    except strict_base64.Base64Error as exc:
+        raise UnsupportedMedia(f"{path}: media base64 is invalid: {exc}") from None
+    except UnsupportedMedia as exc:
+        raise UnsupportedMedia(f"{path}: {exc.message}", code=exc.status_code) from None
+
+
+def pixel_bounds_for(ctx: PreflightContext, modality: str, request: Request) -> tuple[int, int]:
+    """Effective (min, max) pixels of an image or video frame of this request."""
+    caps = [c for c in (ctx.max_pixels, _option_max(ctx.mm, modality)) if c is not None]
+    kwargs = request.mm_processor_kwargs
+    req_min = kwargs.min_pixels if kwargs else None
+    req_max = kwargs.max_pixels if kwargs else None
+    if req_min is None:
+        req_min = ctx.min_pixels
+    video = modality == "video"
+    if video and ctx.family.video_min_pixels is None:
+        raise UnsupportedModality(f"video is not supported by the {ctx.family.name} family; "
+                                  "send the frames as images")
+    return pixel_bounds(ctx.family, min(caps) if caps else None, req_min, req_max, video=video)
+
+
+def _option_max(mm: MMLimits, modality: str) -> int | None:
+    limit = mm.limit(modality)
+    return limit.max_pixels if limit else None
+
+
+def _media_item(path: str, part: Any, request: Request, ctx: PreflightContext) -> BudgetItem:
+    if isinstance(part, ImagePart | ImageUrlPart):
+        source = part.image if isinstance(part, ImagePart) else part.image_url
+        header = header_of(source, ctx.media, path)
+        lo, hi = pixel_bounds_for(ctx, "image", request)
+        sized = image_tokens(header.width, header.height, ctx.family, lo, hi)
+        return BudgetItem(path, "image", sized.tokens_with_markers, MappingProxyType({
+            "width": header.width, "height": header.height, **sized.to_json()}))
+    if isinstance(part, VisionTokensPart):
+        gt, gh, gw = part.vision_tokens.grid
+        n = max(gt, 0) * max(gh, 0) * max(gw, 0)
+        return BudgetItem(path, "vision_tokens", n + 2, MappingProxyType({"grid": [gt, gh, gw]}))
+    if isinstance(part, ImageRefPart):
+        tokens = ctx.ref_tokens(part.image_ref) if ctx.ref_tokens else None
+        if tokens is None:
+            raise CacheMiss(f"{path}: image_ref {part.image_ref} is not in the vision cache "
+                            "(evicted or never stored); send the image bytes again")
+        return BudgetItem(path, "image_ref", tokens + 2, MappingProxyType({
+            "image_ref": part.image_ref}))
+    assert isinstance(part, VideoFramesPart)
+    headers = [header_of(frame, ctx.media, f"{path}.video_frames.{k}")
+               for k, frame in enumerate(part.video_frames)]
+    first = headers[0]
+    for k, h in enumerate(headers):
+        if (h.width, h.height) != (first.width, first.height):
+            raise UnsupportedMedia(f"{path}.video_frames.{k}: frame is {h.width}x{h.height}, "
+                                   f"frame 0 is {first.width}x{first.height}; all frames of a "
+                                   "video must have the same size")
+    lo, hi = pixel_bounds_for(ctx, "video", request)
+    video = video_tokens(len(headers), first.width, first.height, part.fps, ctx.family, lo, hi)
+    timestamp_tokens = sum(ctx.tokenizer.count(ts) for ts in video.timestamps)
+    tokens = video.vision_tokens + video.marker_tokens + timestamp_tokens
+    return BudgetItem(path, "video", tokens, MappingProxyType({
+        "width": first.width, "height": first.height, "frames": video.num_frames,
+        "resized_width": video.resized_width, "resized_height": video.resized_height,
+        "grid": list(video.grid), "timestamps": list(video.timestamps)}))
+
+
+def preflight(request: Request, ctx: PreflightContext) -> Budget:
+    """The token budget of a request; raises before any pixel is decoded when it cannot fit."""
+    items: list[BudgetItem] = []
+    for i, message in enumerate(request.messages):
+        for j, part in enumerate(message.parts()):
+            if isinstance(part, ImagePart | ImageUrlPart | VisionTokensPart | ImageRefPart
+                          | VideoFramesPart):
+                items.append(_media_item(f"messages.{i}.content.{j}", part, request, ctx))
+    rendered = ctx.tokenizer.count(render_chat(request.messages))
+    # the rendering holds 3 tokens per item (start, pad, end); items count their own markers
+    text_tokens = rendered - 3 * len(items)
+    vision = sum(item.tokens for item in items)
+    prompt = text_tokens + vision
+    budget = Budget(text_tokens, vision, prompt, request.max_tokens, ctx.context_length,
+                    tuple(items), ctx.tokenizer.name)
+    if prompt + request.max_tokens > ctx.context_length:
+        per_item = ", ".join(f"{item.path} {item.tokens}" for item in items) or "none"
+        raise ContextLengthExceeded(
+            f"prompt is {prompt} tokens (text {text_tokens}, vision {vision}: {per_item}) + "
+            f"max_tokens {request.max_tokens} = {prompt + request.max_tokens}, the context is "
+            f"{ctx.context_length} (model.context); send smaller images "
+            "(mm_processor_kwargs.max_pixels), fewer items, or a lower max_tokens")
+    return budget

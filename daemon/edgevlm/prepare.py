@@ -1,0 +1,120 @@
+"""Media preparation on the worker: bytes -> cache lookup -> pixels for the encoder.
+
+For each media part of an admitted request, in prompt order:
+
+- ``image`` / ``image_url``: decode the base64, compute the cache key; on a hit the cached
+  features are used and nothing is decoded; on a miss the image is decoded (safely) and
+  preprocessed into ``pixel_values`` for the vision encoder.
+- ``video_frames``: the same, keyed over all frames, preprocessed as one clip.
+- ``vision_tokens``: decoded and validated against the model's hidden size and DeepStack depth.
+- ``image_ref``: the cache entry, or ``cache_miss``.
+
+The encoder itself (and storing its output in the cache) belongs to the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .cache import VisionCache, cache_key
+from .errors import CacheMiss, UnsupportedMedia
+from .features import VisionFeatures
+from .preflight import PreflightContext, pixel_bounds_for
+from .protocol import (
+    ImagePart,
+    ImageRefPart,
+    ImageUrlPart,
+    Request,
+    VideoFramesPart,
+    VisionTokensPart,
+    media_bytes,
+)
+from .vision.decode import decode_image
+from .vision.preprocess import PixelInput, preprocess_image, preprocess_video
+from .vision.sizing import group_timestamps
+from .vision_tokens import decode_vision_tokens
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What media preparation needs to know about the loaded model."""
+
+    fingerprint: str
+    hidden_size: int
+    deepstack_layers: int
+    image_mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    image_std: tuple[float, float, float] = (0.5, 0.5, 0.5)
+
+
+@dataclass(frozen=True)
+class PreparedMedia:
+    """One media item ready for the prompt: features already, or pixels to encode."""
+
+    path: str
+    kind: str  # image | video | vision_tokens | image_ref
+    cache_key: str | None
+    features: VisionFeatures | None
+    pixels: PixelInput | None
+    source_size: tuple[int, int] | None = None
+    timestamps: tuple[str, ...] = ()
+
+    @property
+    def cache_hit(self) -> bool:
+        return self.features is not None and self.kind in ("image", "video", "image_ref")
+
+
+def _with_path(path: str, exc: UnsupportedMedia) -> UnsupportedMedia:
+    return UnsupportedMedia(f"{path}: {exc.message}", code=exc.status_code)
+
+
+def prepare_media(request: Request, ctx: PreflightContext, model: ModelFacts,
+                  cache: VisionCache | None) -> list[PreparedMedia]:
+    """Prepare every media part of ``request``; raises the error to answer with."""
+    out: list[PreparedMedia] = []
+    for i, message in enumerate(request.messages):
+        for j, part in enumerate(message.parts()):
+            path = f"messages.{i}.content.{j}"
+            try:
+                item = _prepare_part(path, part, request, ctx, model, cache)
+            except UnsupportedMedia as exc:
+                raise _with_path(path, exc) from None
+            if item is not None:
+                out.append(item)
+    return out
+
+
+def _prepare_part(path: str, part: object, request: Request, ctx: PreflightContext,
+                  model: ModelFacts, cache: VisionCache | None) -> PreparedMedia | None:
+    if isinstance(part, ImagePart | ImageUrlPart):
+        data = media_bytes(part.image if isinstance(part, ImagePart) else part.image_url)
+        lo, hi = pixel_bounds_for(ctx, "image", request)
+        key = cache_key(model.fingerprint, ctx.family.name, lo, hi, data)
+        cached = cache.get(key) if cache is not None else None
+        if cached is not None:
+            return PreparedMedia(path, "image", key, cached, None)
+        image = decode_image(data, ctx.media)
+        pixels = preprocess_image(image, ctx.family, lo, hi, model.image_mean, model.image_std)
+        return PreparedMedia(path, "image", key, None, pixels, image.size)
+    if isinstance(part, VideoFramesPart):
+        frames_data = [media_bytes(frame) for frame in part.video_frames]
+        lo, hi = pixel_bounds_for(ctx, "video", request)
+        key = cache_key(model.fingerprint, f"{ctx.family.name}/video@{part.fps:g}", lo, hi,
+                        frames_data)
+        timestamps = group_timestamps(len(frames_data), part.fps, ctx.family.temporal_patch_size)
+        cached = cache.get(key) if cache is not None else None
+        if cached is not None:
+            return PreparedMedia(path, "video", key, cached, None, None, timestamps)
+        frames = [decode_image(data, ctx.media) for data in frames_data]
+        pixels = preprocess_video(frames, ctx.family, lo, hi, model.image_mean, model.image_std)
+        return PreparedMedia(path, "video", key, None, pixels, frames[0].size, timestamps)
+    if isinstance(part, VisionTokensPart):
+        features = decode_vision_tokens(part.vision_tokens, model.hidden_size,
+                                        model.deepstack_layers)
+        return PreparedMedia(path, "vision_tokens", None, features, None)
+    if isinstance(part, ImageRefPart):
+        cached = cache.get(part.image_ref) if cache is not None else None
+        if cached is None:
+            raise CacheMiss(f"{path}: image_ref {part.image_ref} is not in the vision cache "
+                            "(evicted or never stored); send the image bytes again")
+        return PreparedMedia(path, "image_ref", part.image_ref, cached, None)
+    return None

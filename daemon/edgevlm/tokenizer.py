@@ -1,0 +1,140 @@
+"""Text tokenizer of the model and the Qwen3-VL chat template.
+
+The tokenizer is a Hugging Face ``tokenizers`` tokenizer loaded from a ``tokenizer.json``
+(the model file carries it once the engine loads one). Without a model, token budgets use
+:class:`ByteCountTokenizer`, an upper bound (a byte-level BPE token is at least one byte).
+
+:func:`render_chat` renders messages the way Qwen3-VL's chat template does: ChatML, no default
+system prompt, each image as ``<|vision_start|><|image_pad|><|vision_end|>`` and each video as
+``<|vision_start|><|video_pad|><|vision_end|>`` (one placeholder each, expanded later), the
+generation prompt ``<|im_start|>assistant\\n`` at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Sequence
+from typing import Protocol
+
+from tokenizers import Tokenizer
+
+from .protocol import (
+    ImagePart,
+    ImageRefPart,
+    ImageUrlPart,
+    Message,
+    TextPart,
+    VideoFramesPart,
+    VisionTokensPart,
+)
+
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+VISION_START = "<|vision_start|>"
+VISION_END = "<|vision_end|>"
+IMAGE_PAD = "<|image_pad|>"
+VIDEO_PAD = "<|video_pad|>"
+ENDOFTEXT = "<|endoftext|>"
+
+QWEN_SPECIAL_TOKENS = (
+    ENDOFTEXT, IM_START, IM_END, "<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>",
+    "<|box_end|>", "<|quad_start|>", "<|quad_end|>", VISION_START, VISION_END, "<|vision_pad|>",
+    IMAGE_PAD, VIDEO_PAD,
+)
+IMAGE_PLACEHOLDER = VISION_START + IMAGE_PAD + VISION_END
+VIDEO_PLACEHOLDER = VISION_START + VIDEO_PAD + VISION_END
+
+
+class TextTokenizer(Protocol):
+    """What the request side needs from a tokenizer."""
+
+    name: str
+
+    def count(self, text: str) -> int: ...
+
+
+class HFTokenizer:
+    """A ``tokenizers`` tokenizer (special tokens in the text are parsed as special)."""
+
+    def __init__(self, tokenizer: Tokenizer, name: str = "tokenizer.json") -> None:
+        self._tok = tokenizer
+        self.name = name
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> HFTokenizer:
+        return cls(Tokenizer.from_file(os.fspath(path)), name=os.fspath(path))
+
+    @classmethod
+    def from_json(cls, text: str, name: str = "model file") -> HFTokenizer:
+        json.loads(text)  # a clear JSON error rather than a Rust panic message
+        return cls(Tokenizer.from_str(text), name=name)
+
+    def encode(self, text: str) -> list[int]:
+        ids: list[int] = self._tok.encode(text, add_special_tokens=False).ids
+        return ids
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        text: str = self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        return text
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def token_id(self, token: str) -> int | None:
+        value: int | None = self._tok.token_to_id(token)
+        return value
+
+
+_SPECIAL_SPLIT = re.compile("|".join(re.escape(t) for t in QWEN_SPECIAL_TOKENS))
+
+
+class ByteCountTokenizer:
+    """Upper bound without a model: one token per UTF-8 byte, one per special token."""
+
+    name = "byte-count upper bound (no model tokenizer)"
+
+    def count(self, text: str) -> int:
+        specials = len(_SPECIAL_SPLIT.findall(text))
+        plain = _SPECIAL_SPLIT.sub("", text)
+        return specials + len(plain.encode("utf-8"))
+
+
+MediaSlot = int  # index of a media item (image or video) in prompt order
+
+
+def render_segments(messages: Sequence[Message], add_generation_prompt: bool = True
+                    ) -> list[str | MediaSlot]:
+    """The chat template as text pieces and media slots (each slot stands for the whole
+    ``<|vision_start|>…<|vision_end|>`` placeholder of one image or video, in order)."""
+    out: list[str | MediaSlot] = []
+    text = ""
+    media = 0
+    for m in messages:
+        text += f"{IM_START}{m.role}\n"
+        for part in m.parts():
+            if isinstance(part, TextPart):
+                text += part.text
+            elif isinstance(part, ImagePart | ImageUrlPart | ImageRefPart | VisionTokensPart
+                            | VideoFramesPart):
+                out.append(text)
+                out.append(media)
+                text = ""
+                media += 1
+            # audio parts are refused at admission
+        text += f"{IM_END}\n"
+    if add_generation_prompt:
+        text += f"{IM_START}assistant\n"
+    out.append(text)
+    return [piece for piece in out if piece != ""]
+
+
+def render_chat(messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
+    """The prompt text of the Qwen3-VL chat template, one placeholder per image or video."""
+    kinds = [VIDEO_PLACEHOLDER if isinstance(p, VideoFramesPart) else IMAGE_PLACEHOLDER
+             for m in messages for p in m.parts()
+             if isinstance(p, ImagePart | ImageUrlPart | ImageRefPart | VisionTokensPart
+                           | VideoFramesPart)]
+    return "".join(piece if isinstance(piece, str) else kinds[piece]
+                   for piece in render_segments(messages, add_generation_prompt))

@@ -1,0 +1,140 @@
+"""Token budget preflight: sizes from headers only, every item counted, refusals before decode."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from unittest import mock
+
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+from edgevlm.cache import VisionCache
+from edgevlm.errors import CacheMiss, ContextLengthExceeded, UnsupportedMedia
+from edgevlm.features import VisionFeatures
+from edgevlm.limits import MMLimits
+from edgevlm.preflight import HEADER_PREFIX_CHARS, PreflightContext, header_of, preflight
+from edgevlm.protocol import parse_request
+from edgevlm.tokenizer import QWEN_SPECIAL_TOKENS, ByteCountTokenizer, HFTokenizer, render_chat
+from edgevlm.vision.decode import MediaPolicy
+from edgevlm.vision.sizing import get_family
+from tests.helpers import data_url, image, image_bytes, text, user_request
+
+QWEN3 = get_family("qwen3-vl")
+
+
+def ctx(**kw: Any) -> PreflightContext:
+    base: dict[str, Any] = {"family": QWEN3, "context_length": 100_000,
+                            "tokenizer": ByteCountTokenizer()}
+    return PreflightContext(**{**base, **kw})
+
+
+def small_bpe() -> HFTokenizer:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=list(QWEN_SPECIAL_TOKENS),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(["who is at the door? describe the car on the left"] * 20, trainer)
+    return HFTokenizer(tok)
+
+
+@pytest.mark.parametrize(("width", "height", "tokens"), [
+    (100, 100, 64), (640, 480, 300), (1280, 720, 880), (1080, 1920, 2040)])
+def test_image_tokens_come_from_the_header_through_smart_resize(width: int, height: int,
+                                                                tokens: int) -> None:
+    req = parse_request(user_request(image(image_bytes(width, height)), text("hi")))
+    budget = preflight(req, ctx())
+    assert budget.items[0].tokens == tokens + 2
+    assert budget.vision_tokens == tokens + 2
+
+
+def test_text_is_counted_by_the_model_tokenizer_on_the_chat_rendering() -> None:
+    tok = small_bpe()
+    req = parse_request(user_request(image(image_bytes(64, 64)), text("who is at the door?")))
+    budget = preflight(req, ctx(tokenizer=tok))
+    rendered = render_chat(req.messages)
+    assert budget.text_tokens == len(tok.encode(rendered)) - 3
+    assert budget.prompt_tokens == budget.text_tokens + 66
+
+
+def test_pixels_are_not_decoded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import PIL.ImageFile
+
+    req = parse_request(user_request(image(image_bytes(1920, 1080)), text("x")))
+    with mock.patch.object(PIL.ImageFile.ImageFile, "load",
+                           side_effect=AssertionError("decoded")):
+        preflight(req, ctx())
+
+
+def test_header_is_read_from_a_base64_prefix_of_big_files() -> None:
+    jpeg = image_bytes(1920, 1080, quality=95)
+    url = data_url(jpeg)
+    assert len(url) > HEADER_PREFIX_CHARS
+    with mock.patch("edgevlm.preflight.strict_base64.decode",
+                    wraps=__import__("edgevlm.strict_base64", fromlist=["decode"]).decode) as dec:
+        header = header_of(url, MediaPolicy(), "p")
+    assert (header.width, header.height) == (1920, 1080)
+    assert all(len(call.args[0]) <= HEADER_PREFIX_CHARS for call in dec.call_args_list)
+
+
+def test_pixel_caps_from_config_option_and_request() -> None:
+    jpeg = image(image_bytes(1920, 1080))
+    budget = preflight(parse_request(user_request(jpeg)), ctx(max_pixels=1_003_520))
+    assert budget.items[0].detail["tokens"] == 943          # spec table: 736x1312
+    limits = MMLimits.parse({"image": {"max_pixels": 262_144}})
+    capped = preflight(parse_request(user_request(jpeg)), ctx(max_pixels=1_003_520, mm=limits))
+    assert capped.items[0].detail["tokens"] <= 256
+    asked = preflight(parse_request(user_request(jpeg, mm_processor_kwargs={
+        "max_pixels": 16_777_216})), ctx(max_pixels=1_003_520))
+    assert asked.items[0].detail["tokens"] == 943          # a request cannot raise the cap
+
+
+def test_video_counts_groups_timestamps_and_markers() -> None:
+    frames = [data_url(image_bytes(320, 240, seed=i)) for i in range(5)]
+    req = parse_request(user_request({"type": "video_frames", "video_frames": frames,
+                                      "fps": 2}))
+    item = preflight(req, ctx()).items[0]
+    assert item.detail["timestamps"] == ["<0.2 seconds>", "<1.2 seconds>", "<2.0 seconds>"]
+    t, gh, gw = item.detail["grid"]
+    per_group = gh * gw // 4
+    ts_tokens = sum(ByteCountTokenizer().count(ts) for ts in item.detail["timestamps"])
+    assert item.tokens == t * per_group + 2 + 2 * t + ts_tokens
+
+
+def test_frames_of_different_sizes_are_refused_before_decoding() -> None:
+    frames = [data_url(image_bytes(320, 240)), data_url(image_bytes(240, 320))]
+    req = parse_request(user_request({"type": "video_frames", "video_frames": frames}))
+    with pytest.raises(UnsupportedMedia, match=r"messages.0.content.0.video_frames.1: frame is "
+                       r"240x320, frame 0 is 320x240; all frames of a video must have the "
+                       r"same size"):
+        preflight(req, ctx())
+
+
+def test_vision_tokens_and_image_ref_cost_their_grid() -> None:
+    cache = VisionCache(1 << 20)
+    feats = VisionFeatures(__import__("numpy").zeros((6, 4), dtype="float32"), None, (1, 2, 3))
+    cache.put("ab" * 16, feats)
+    vt = {"type": "vision_tokens", "vision_tokens": {"grid": [1, 3, 4], "tokens_b64": ""}}
+    req = parse_request(user_request(vt, {"type": "image_ref", "image_ref": "ab" * 16}))
+    budget = preflight(req, ctx(ref_tokens=lambda k: (f := cache.peek(k)) and f.n_tokens))
+    assert [i.tokens for i in budget.items] == [14, 8]
+    assert cache.stats().hits == 0  # a budget is not a use
+    with pytest.raises(CacheMiss):
+        preflight(parse_request(user_request({"type": "image_ref", "image_ref": "cd" * 16})),
+                  ctx(ref_tokens=lambda k: None))
+
+
+def test_over_the_context_is_refused_with_every_number() -> None:
+    req = parse_request(user_request(image(image_bytes(3333, 2500)), text("describe"),
+                                     max_tokens=100))
+    with pytest.raises(ContextLengthExceeded) as info:
+        preflight(req, ctx(context_length=8000, max_pixels=None))
+    assert info.value.message.startswith(
+        "prompt is 8141 tokens (text 27, vision 8114: messages.0.content.0 8114) + max_tokens "
+        "100 = 8241, the context is 8000 (model.context)")
+
+
+def test_budget_serialises_to_json() -> None:
+    req = parse_request(user_request(image(image_bytes(100, 100)), text("hi")))
+    out = json.loads(json.dumps(preflight(req, ctx()).to_json()))
+    assert out["items"][0]["resized_width"] == 256 and out["items"][0]["tokens"] == 66
