@@ -1,18 +1,38 @@
-# Sourced by scripts/test.sh and scripts/demo.sh: creates the virtual environment and installs
-# edgevlm (with the extras named in $1: "test" adds the test tools and the transformers
-# reference). Installs python3-venv with apt when the interpreter lacks it.
+# Sourced by scripts/test.sh and scripts/demo.sh: installs what the machine lacks (a C
+# compiler and Python headers for the native core; for tests also make and clang), creates the
+# virtual environment and installs edgevlm (with the extras named in $1: "test" adds the test
+# tools, the converter and the transformers reference).
 PROFILE="${1:-run}"
 PYTHON="${PYTHON:-python3}"
 VENV="${EDGEVLM_VENV:-$PWD/.venv}"
+
+apt_install() {  # apt_install PACKAGE... (root or sudo; apt-get update once)
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  if [ -z "${EDGEVLM_APT_UPDATED:-}" ]; then
+    $sudo apt-get update -qq && EDGEVLM_APT_UPDATED=1
+  fi
+  echo "== apt-get install $*"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
+}
+
+need=()
+command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
+"$PYTHON" -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+  || need+=(python3-dev)
+if [ "$PROFILE" = "test" ]; then
+  command -v make >/dev/null 2>&1 || need+=(make)
+  command -v clang >/dev/null 2>&1 || need+=(clang)
+fi
+[ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
 
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
   echo "edgevlm needs Python 3.11 or newer; $("$PYTHON" --version 2>&1) found" >&2; exit 2; }
 
 if [ ! -x "$VENV/bin/python" ]; then
   if ! "$PYTHON" -m venv "$VENV" 2>/dev/null; then
-    echo "== installing python3-venv (the interpreter has no venv module)"
-    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-    $SUDO apt-get update -qq && $SUDO apt-get install -y -qq python3-venv python3-dev gcc >/dev/null
+    echo "== the interpreter has no venv module"
+    apt_install python3-venv
     rm -rf "$VENV"; "$PYTHON" -m venv "$VENV"
   fi
   "$VENV/bin/python" -m pip install -q --upgrade pip
@@ -23,8 +43,8 @@ if [ "$PROFILE" = "test" ]; then
   # torch is pinned to the CPU build this project is tested with; transformers is the
   # float32 reference the tests compare against.
   "$VENV/bin/python" -m pip install -q "torch==2.13.0"
-  "$VENV/bin/python" -m pip install -q -e ".[test,reference]"
+  "$VENV/bin/python" -m pip install -q -e ".[test,convert,reference]"
 else
   "$VENV/bin/python" -m pip install -q -e .
 fi
-"$VENV/bin/python" -c "import edgevlm" || { echo "edgevlm failed to install" >&2; exit 1; }
+"$VENV/bin/python" -c "import edgevlm.engine" || { echo "edgevlm (or its native core) failed to install" >&2; exit 1; }

@@ -25,7 +25,8 @@ Video: transformers' ``Qwen3VLVideoProcessor`` resizes and normalises with torch
 is not installable here (no CPU wheel for this torch), so the video reference is composed from
 transformers' own pieces: ``video_processing_qwen3_vl.smart_resize`` for the size, Pillow
 BICUBIC for the resize (edgevlm's choice; torchvision's antialiased bicubic differs by about
-one level), ``image_transforms.rescale``/``normalize`` (the PIL path) for the values, and
+one level), torchvision's fused rescale + normalise ``(x - 127.5) / 127.5`` in float32 (what
+``TorchvisionBackend.rescale_and_normalize`` computes) for the values, and
 ``Qwen3VLVideoProcessor.patchify`` (torch) for the layout and temporal padding.
 """
 
@@ -130,8 +131,7 @@ def image_reference(path: Path, case: ImageCase) -> tuple[np.ndarray, np.ndarray
 def video_reference(paths: list[Path]) -> tuple[np.ndarray, np.ndarray]:
     """Composite transformers reference of a clip (see the module docstring)."""
     import torch
-    from transformers.image_transforms import normalize, rescale
-    from transformers.image_utils import ChannelDimension, load_image
+    from transformers.image_utils import load_image
     from transformers.models.qwen3_vl.video_processing_qwen3_vl import (
         Qwen3VLVideoProcessor,
         smart_resize,
@@ -145,10 +145,11 @@ def video_reference(paths: list[Path]) -> tuple[np.ndarray, np.ndarray]:
     arrays = []
     for frame in frames:
         resized = frame.resize((resized_w, resized_h), Image.Resampling.BICUBIC)
-        chw = np.asarray(resized).transpose(2, 0, 1)
-        values = rescale(chw, 1 / 255, input_data_format=ChannelDimension.FIRST)
-        arrays.append(normalize(values, list(MEAN), list(STD),
-                                input_data_format=ChannelDimension.FIRST))
+        chw = np.asarray(resized).transpose(2, 0, 1).astype(np.float32)
+        # torchvision's fused rescale + normalise, as TorchvisionBackend does it
+        mean255 = np.asarray([m * 255.0 for m in MEAN], np.float32)[:, None, None]
+        std255 = np.asarray([s * 255.0 for s in STD], np.float32)[:, None, None]
+        arrays.append((chw - mean255) / std255)
     videos = torch.from_numpy(np.stack(arrays)[None])  # [B, T, C, H, W]
     processor = Qwen3VLVideoProcessor()
     patches, grid_t, grid_h, grid_w = processor.patchify(
@@ -182,7 +183,7 @@ def write_references(images_dir: Path, out_dir: Path) -> dict[str, object]:
     cases.append({"kind": "video", "name": "video_5_frames", "files": VIDEO_FRAMES,
                   "min_pixels": VIDEO_MIN_PIXELS, "max_pixels": VIDEO_MAX_PIXELS,
                   "grid_thw": grid[0].tolist(), "npz": "video_5_frames.npz",
-                  "note": "composite reference: Pillow resize, PIL-path rescale/normalize, "
+                  "note": "composite reference: Pillow resize, torchvision-form fused normalize, "
                           "Qwen3VLVideoProcessor.patchify"})
     manifest: dict[str, object] = {
         "family": "qwen3-vl", "patch_size": PATCH_SIZE, "merge_size": MERGE_SIZE,

@@ -100,6 +100,47 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from .engine import Engine
+
+    content: list[dict[str, Any]] = [{"type": "image", "image": f} for f in args.image]
+    if args.video_frames:
+        frames = [f for f in args.video_frames.split(",") if f]
+        content.append({"type": "video_frames", "video_frames": frames, "fps": args.fps})
+    content.append({"type": "text", "text": args.prompt})
+    try:
+        print(f"edgevlm run: loading {args.model} ...", file=sys.stderr)
+        engine = Engine.load(args.model, threads=args.threads, context=args.context)
+        print(f"edgevlm run: loaded {engine.name} in {engine.load_ms:.0f} ms", file=sys.stderr)
+        stream = None if args.json else (lambda t: (sys.stdout.write(t), sys.stdout.flush()))
+        params: dict[str, Any] = {"temperature": args.temperature, "seed": args.seed,
+                                  "on_text": stream, "want_logits": bool(args.logits_out)}
+        result = engine.generate([{"role": "user", "content": content}],
+                                 max_tokens=args.max_tokens, **params)
+    except (OSError, ValueError, EdgevlmError) as exc:
+        message = exc.message if isinstance(exc, EdgevlmError) else str(exc)
+        print(f"edgevlm run: {message}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.logits_out and result.logits is not None:
+        np.save(args.logits_out, result.logits)
+    if args.json:
+        _print_json({"text": result.text, "finish_reason": result.finish_reason,
+                     "tokens": result.tokens, "model": engine.name,
+                     "usage": {"prompt_tokens": result.prompt_tokens,
+                               "vision_tokens": result.vision_tokens,
+                               "completion_tokens": len(result.tokens)},
+                     "metrics": {k: round(v, 2) for k, v in result.metrics.items()}})
+    else:
+        m = result.metrics
+        print(f"\n[{result.finish_reason}] prompt {result.prompt_tokens} tokens "
+              f"(vision {result.vision_tokens}), encode {m['encode_ms']:.0f} ms, prefill "
+              f"{m['prefill_ms']:.0f} ms, ttft {m['ttft_ms']:.0f} ms, "
+              f"{1000 / m['tpot_ms'] if m['tpot_ms'] else 0:.1f} tok/s", file=sys.stderr)
+    return EXIT_OK
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -119,6 +160,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object per sample")
     p.set_defaults(func=cmd_demo)
 
+    p = sub.add_parser("run", help="answer one prompt with a local model (images, video)",
+                       description="One user message: the images (in order), the video frames, "
+                       "then the text, in the Qwen3-VL chat template.")
+    p.add_argument("--model", required=True, help="directory with model.gguf + mmproj.gguf")
+    p.add_argument("--image", action="append", default=[], metavar="FILE")
+    p.add_argument("--video-frames", metavar="F1,F2,...", help="frames of one video, in order")
+    p.add_argument("--fps", type=float, default=2.0, help="frame rate of --video-frames")
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=None, help="0: greedy; absent: the "
+                   "model file's default")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--threads", type=int, default=4)
+    p.add_argument("--context", type=int, default=4096)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--logits-out", metavar="FILE.npy",
+                   help="write float32 [steps, vocab] logits of every generated step")
+    p.set_defaults(func=cmd_run)
+
     p = sub.add_parser("schema", help="print the JSON Schema of requests and responses")
     p.add_argument("-o", "--output", help="write to this file instead of standard output")
     p.set_defaults(func=cmd_schema)
@@ -135,6 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-pixels", type=int, default=None, help="override the family minimum")
     p.add_argument("--max-pixels", type=int, default=None, help="override the family maximum")
     p.set_defaults(func=cmd_tokens)
+
+    from .convert.cli import add_convert_parser
+
+    add_convert_parser(sub)
 
     p = sub.add_parser("check-config", help="validate a YAML configuration file")
     p.add_argument("file")

@@ -31,6 +31,15 @@ def reference_normalize(pixels: np.ndarray, mean: tuple[float, ...],
     return (x - mean32) / std32
 
 
+def reference_video_normalize(pixels: np.ndarray, mean: tuple[float, ...],
+                              std: tuple[float, ...]) -> np.ndarray:
+    """transformers' video processor (torchvision, fused rescale + normalise):
+    (float32(u8) - float32(255 mean)) / float32(255 std); CHW in."""
+    mean255 = np.asarray([m * 255.0 for m in mean], np.float32)[:, None, None]
+    std255 = np.asarray([s * 255.0 for s in std], np.float32)[:, None, None]
+    return (pixels.astype(np.float32) - mean255) / std255
+
+
 def reference_image_patches(chw: np.ndarray, p: int, m: int, t: int) -> np.ndarray:
     """Spec §3.4, literally."""
     c, h, w = chw.shape
@@ -149,7 +158,8 @@ def test_non_rgb_input_is_converted_like_the_transformers_processor() -> None:
 def test_video_patches_match_the_spec_layout(count: int) -> None:
     frames = [every_byte_value_image(128, 96, seed=k) for k in range(count)]
     out = preprocess_video(frames, QWEN3, 1, 10**8)  # aligned and within bounds: no resize
-    stacked = np.stack([reference_normalize(chw(f), (0.5,) * 3, (0.5,) * 3) for f in frames])
+    stacked = np.stack([reference_video_normalize(chw(f), (0.5,) * 3, (0.5,) * 3)
+                        for f in frames])
     expected = reference_video_patches(stacked, 16, 2, 2)
     assert out.grid_thw == ((count + 1) // 2, 6, 8)
     assert_same_bits(out.pixel_values, expected)
@@ -161,14 +171,14 @@ def test_video_temporal_pairs_hold_two_different_frames() -> None:
     values = out.pixel_values.reshape(-1, 3, 2, 256)  # (rows, c, t, p*p)
     assert out.grid_thw == (2, 4, 4)
     assert np.all(values[:16, :, 0] == -1.0) and np.all(values[:16, :, 1] == 1.0)
-    assert np.all(values[16:] == np.float32(51 / 255 - 0.5) / np.float32(0.5))  # padded
+    assert np.all(values[16:] == (np.float32(51) - np.float32(127.5)) / np.float32(127.5))
 
 
 def test_video_resize_uses_the_clip_budget() -> None:
     frames = [every_byte_value_image(128, 96, seed=k) for k in range(5)]
     out = preprocess_video(frames, QWEN3, 4_096, 40_000)
     assert out.grid_thw == (3, 4, 6)  # 96x128 -> 64x96 (see test_sizing)
-    resized = np.stack([reference_normalize(
+    resized = np.stack([reference_video_normalize(
         chw(f.resize((96, 64), Image.Resampling.BICUBIC)), (0.5,) * 3, (0.5,) * 3)
         for f in frames])
     assert_same_bits(out.pixel_values, reference_video_patches(resized, 16, 2, 2))

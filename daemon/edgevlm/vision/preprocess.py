@@ -19,8 +19,10 @@ arithmetic form is used, otherwise a table look-up. Either way results are bit-i
 the reference formula.
 
 Video frames use the same Pillow resize; transformers' video processor resizes with
-torchvision instead (not bit-identical, and not runnable without torchvision). The video
-pixel budget is ``video_smart_resize`` over the clip.
+torchvision instead (not bit-identical, and not runnable without torchvision; identical when
+the frames already have the target size). Video frames are normalised the way that processor
+does (torchvision's fused ``(x - 127.5) / 127.5`` for mean = std = 0.5), which differs from the
+image form by at most 1 ulp. The video pixel budget is ``video_smart_resize`` over the clip.
 """
 
 from __future__ import annotations
@@ -71,12 +73,21 @@ class _Normalizer:
 
 
 @functools.lru_cache(maxsize=16)
-def _normalizer(mean: tuple[float, ...], std: tuple[float, ...]) -> _Normalizer:
+def _normalizer(mean: tuple[float, ...], std: tuple[float, ...], fused: bool = False
+                ) -> _Normalizer:
+    """``fused``: the torchvision form transformers' video processor uses,
+    ``(float32(u8) - float32(255 mean)) / float32(255 std)``; else the PIL image form."""
     values = np.arange(256, dtype=np.uint8)
-    rescaled = (values.astype(np.float64) * RESCALE_FACTOR).astype(np.float32)
-    mean32 = np.asarray(mean, dtype=np.float32)[:, None]
-    std32 = np.asarray(std, dtype=np.float32)[:, None]
-    table: FloatArray = (rescaled[None, :] - mean32) / std32
+    table: FloatArray
+    if fused:
+        mean255 = np.asarray([m * 255.0 for m in mean], dtype=np.float32)[:, None]
+        std255 = np.asarray([s * 255.0 for s in std], dtype=np.float32)[:, None]
+        table = (values.astype(np.float32)[None, :] - mean255) / std255
+    else:
+        rescaled = (values.astype(np.float64) * RESCALE_FACTOR).astype(np.float32)
+        mean32 = np.asarray(mean, dtype=np.float32)[:, None]
+        std32 = np.asarray(std, dtype=np.float32)[:, None]
+        table = (rescaled[None, :] - mean32) / std32
     divisor = np.asarray([255.0 * s for s in std], dtype=np.float32)[:, None]
     offset = np.asarray([m / s for m, s in zip(mean, std, strict=True)], dtype=np.float32)[:, None]
     candidate = values.astype(np.float32)[None, :] / divisor - offset
@@ -99,7 +110,7 @@ def _normalize_into(out: FloatArray, planes: ByteArray, norm: _Normalizer) -> No
 
 
 def _patchify(planes: ByteArray, family: Family, mean: Sequence[float],
-              std: Sequence[float]) -> PixelInput:
+              std: Sequence[float], fused: bool = False) -> PixelInput:
     """uint8 ``[F, C, H, W]`` frames to normalised, merge-block-ordered float32 patches.
 
     ``F == 1`` is a still image, repeated over the temporal patch (as transformers broadcasts
@@ -112,7 +123,7 @@ def _patchify(planes: ByteArray, family: Family, mean: Sequence[float],
         raise ValueError(f"mean and std need {channels} values, got {len(mean)} and {len(std)}")
     if not all(s > 0 for s in std):
         raise ValueError(f"std values must be positive, got {tuple(std)}")
-    norm = _normalizer(tuple(float(v) for v in mean), tuple(float(v) for v in std))
+    norm = _normalizer(tuple(float(v) for v in mean), tuple(float(v) for v in std), fused)
     p, m, t = family.patch_size, family.merge_size, family.temporal_patch_size
     gh, gw = height // p, width // p
     gt = 1 if frames == 1 else frames // t
@@ -196,4 +207,4 @@ def preprocess_video(frames: Sequence[Image.Image], family: Family,
                                               family.factor, lo, hi)
     resized = [_planes(_to_rgb(frame), resized_h, resized_w) for frame in frames]
     planes = np.stack(resized + [resized[-1]] * (-len(resized) % temporal))
-    return _patchify(planes, family, mean, std)
+    return _patchify(planes, family, mean, std, fused=True)

@@ -1,0 +1,19 @@
+"""``edgevlm convert``: a transformers Qwen3-VL checkpoint → the GGUF pair edgevlm loads.
+
+Writes ``model.gguf`` (text, architecture ``qwen3vl``) and ``mmproj.gguf`` (vision, ``clip`` with
+projector ``qwen3vl_merger``) exactly as llama.cpp's ``convert_hf_to_gguf.py`` lays them out
+(spec ``gguf-qwen3vl.md``), plus ``edgevlm.*`` keys. Reads safetensors through mmap and streams
+tensor by tensor; needs numpy and the ``gguf`` package (the ``convert`` extra), not torch.
+
+Modules: ``safetensors_mmap`` (reading), ``hf_config`` (config.json and friends), ``vocab``
+(tokenizer metadata), ``tensor_plan`` (names, shapes, types), ``metadata`` (key/values),
+``gguf_stream`` (streaming writer and fingerprint), ``pipeline`` (:func:`convert_checkpoint`),
+``cli`` (``main`` and ``add_convert_parser``).
+"""
+
+from __future__ import annotations
+
+from .errors import ConvertError, ConvertInputError
+from .pipeline import ConvertResult, convert_checkpoint
+
+__all__ = ["ConvertError", "ConvertInputError", "ConvertResult", "convert_checkpoint"]

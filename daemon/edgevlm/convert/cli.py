@@ -1,0 +1,120 @@
+"""``edgevlm convert HF_DIR -o OUT_DIR``: the command line of the converter.
+
+Exit codes: 0 converted, 1 the conversion failed (I/O), 2 bad input or usage (missing files,
+not a Qwen3-VL checkpoint, unsupported dtype, bad option). Progress goes to standard error;
+``--json`` prints a summary object on standard output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConvertError
+
+if TYPE_CHECKING:
+    from .gguf_stream import ProgressEvent
+
+# The gguf package (the `convert` extra) is imported only when a conversion runs, so the
+# edgevlm command works without it. pipeline.py checks these against its type table.
+TEXT_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
+VISION_TYPES = ("f32", "f16", "bf16", "q8_0")
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class _ProgressPrinter:
+    """``[i/N] file tensor TYPE  X.X MB written`` on stderr (one line per tensor, or one
+    self-overwriting line on a terminal)."""
+
+    def __init__(self) -> None:
+        self._tty = sys.stderr.isatty()
+
+    def __call__(self, ev: ProgressEvent) -> None:
+        line = (f"[{ev.index}/{ev.total}] {ev.file} {ev.tensor} {ev.qtype}  "
+                f"{ev.bytes_written / 1e6:.1f} MB written")
+        if self._tty:
+            end = "\n" if ev.index == ev.total else ""
+            sys.stderr.write(f"\r\033[K{line}{end}")
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+def _configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("hf_dir", metavar="HF_DIR",
+                        help="transformers Qwen3-VL checkpoint directory (config.json, "
+                             "*.safetensors, tokenizer.json, preprocessor_config.json, ...)")
+    parser.add_argument("-o", "--output", required=True, metavar="OUT_DIR",
+                        help="directory to write model.gguf and mmproj.gguf into")
+    parser.add_argument("--type", dest="text_type", default="f16", choices=TEXT_TYPES,
+                        help="storage type of the text model's matrices (default f16)")
+    parser.add_argument("--vision-type", default=None, choices=VISION_TYPES,
+                        help="storage type of the vision tower's matrices (default f16, or f32 "
+                             "with --type f32)")
+    parser.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    """Run a conversion from parsed arguments; errors become a message and an exit code."""
+    try:
+        from .pipeline import convert_checkpoint
+    except ImportError as exc:
+        print(f"edgevlm convert: the gguf package is missing ({exc}); install it with "
+              "`pip install 'edgevlm[convert]'`", file=sys.stderr)
+        return EXIT_FAILED
+    _quiet_gguf_logging()
+    try:
+        result = convert_checkpoint(args.hf_dir, args.output, args.text_type, args.vision_type,
+                                    progress=None if args.quiet else _ProgressPrinter())
+    except ConvertError as exc:
+        print(f"edgevlm convert: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    summary: dict[str, Any] = result.to_json()
+    if args.json:
+        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+    elif not args.quiet:
+        print(f"wrote {result.text_path} ({result.text_bytes / 1e6:.1f} MB, {result.text_type}) "
+              f"and {result.mmproj_path} ({result.vision_bytes / 1e6:.1f} MB, "
+              f"{result.vision_type}) in {result.seconds:.1f} s", file=sys.stderr)
+    return EXIT_OK
+
+
+def add_convert_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``convert`` on an ``argparse`` subparsers object (``set_defaults(func=...)``
+    takes the namespace and returns the exit code, like the other edgevlm commands)."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "convert", help="convert a transformers Qwen3-VL checkpoint to model.gguf + mmproj.gguf",
+        description="Convert a Hugging Face Qwen3-VL checkpoint directory into the GGUF pair "
+                    "edgevlm (and llama.cpp) loads: OUT_DIR/model.gguf (text) and "
+                    "OUT_DIR/mmproj.gguf (vision). Exit codes: 0 ok, 1 failed, 2 bad input.")
+    _configure(parser)
+    parser.set_defaults(func=cmd_convert)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Standalone entry point: ``python -m edgevlm.convert.cli HF_DIR -o OUT_DIR``."""
+    parser = argparse.ArgumentParser(prog="edgevlm convert",
+                                     description="Convert a Qwen3-VL checkpoint to GGUF.")
+    _configure(parser)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    return cmd_convert(args)
+
+
+def _quiet_gguf_logging() -> None:
+    """gguf's writer logs every file at INFO ("This GGUF file is for Little Endian only")."""
+    logging.getLogger("gguf").setLevel(logging.WARNING)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

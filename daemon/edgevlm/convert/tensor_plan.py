@@ -1,0 +1,193 @@
+"""Which checkpoint tensor becomes which GGUF tensor, in which shape and type.
+
+The tables follow llama.cpp's converter (``conversion/qwen3vl.py``, ``gguf-py`` tensor names)
+and the spec ``gguf-qwen3vl.md``. Shapes here are numpy/PyTorch order (outermost first); GGUF
+records them reversed. Type rules (llama.cpp's ``prepare_tensors``):
+
+* 1-d tensors (norms, biases) and ``*_norm.weight``: F32; ``v.position_embd.weight``: F32;
+* ``v.patch_embd.weight`` / ``.weight.1`` (the two temporal slices of the Conv3d): F16 when the
+  vision type is F16, else F32;
+* every other matrix: the chosen type; Q8_0/Q4_0 need rows that are a multiple of 32 values,
+  others fall back to F16 (logged).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from .errors import ConvertInputError
+from .hf_config import ModelConfig
+from .safetensors_mmap import TensorRecord
+
+logger = logging.getLogger(__name__)
+
+QType = GGMLQuantizationType
+TYPE_BY_NAME: dict[str, QType] = {
+    "f32": QType.F32, "f16": QType.F16, "bf16": QType.BF16, "q8_0": QType.Q8_0,
+    "q4_0": QType.Q4_0,
+}
+# general.file_type (llama.cpp LlamaFileType) of a file whose matrices are mostly this type.
+FILE_TYPE: dict[QType, int] = {QType.F32: 0, QType.F16: 1, QType.Q4_0: 2, QType.Q8_0: 7,
+                               QType.BF16: 32}
+_BLOCK_TYPES = (QType.Q8_0, QType.Q4_0)
+
+TEXT_PREFIX = "model.language_model."
+VISION_PREFIX = "model.visual."
+# HF suffix inside model.language_model.layers.N → GGUF suffix inside blk.N.
+_TEXT_LAYER = (
+    ("input_layernorm.weight", "attn_norm.weight"),
+    ("self_attn.q_proj.weight", "attn_q.weight"),
+    ("self_attn.q_norm.weight", "attn_q_norm.weight"),
+    ("self_attn.k_proj.weight", "attn_k.weight"),
+    ("self_attn.k_norm.weight", "attn_k_norm.weight"),
+    ("self_attn.v_proj.weight", "attn_v.weight"),
+    ("self_attn.o_proj.weight", "attn_output.weight"),
+    ("post_attention_layernorm.weight", "ffn_norm.weight"),
+    ("mlp.gate_proj.weight", "ffn_gate.weight"),
+    ("mlp.up_proj.weight", "ffn_up.weight"),
+    ("mlp.down_proj.weight", "ffn_down.weight"),
+)
+# HF suffix inside model.visual.blocks.N → GGUF suffix inside v.blk.N (each .weight and .bias).
+_VISION_BLOCK = (("norm1", "ln1"), ("attn.qkv", "attn_qkv"), ("attn.proj", "attn_out"),
+                 ("norm2", "ln2"), ("mlp.linear_fc1", "ffn_up"), ("mlp.linear_fc2", "ffn_down"))
+_MERGER = (("norm", "v.post_ln"), ("linear_fc1", "mm.0"), ("linear_fc2", "mm.2"))
+_DEEPSTACK = (("norm", "norm"), ("linear_fc1", "fc1"), ("linear_fc2", "fc2"))
+
+
+@dataclass(frozen=True)
+class PlannedTensor:
+    """One GGUF tensor: its name, source tensor, numpy shape and storage type."""
+
+    name: str
+    source: str
+    shape: tuple[int, ...]
+    qtype: QType
+    temporal_slice: int | None = None  # index along the Conv3d's time axis
+    fallback: bool = False  # wanted a block type, rows did not divide into blocks
+
+    @property
+    def nbytes(self) -> int:
+        block, size = GGML_QUANT_SIZES[self.qtype]
+        return int(np.prod(self.shape, dtype=np.int64)) // block * size
+
+    @property
+    def gguf_shape(self) -> list[int]:
+        return list(reversed(self.shape))
+
+
+def _storage_type(name: str, shape: tuple[int, ...], chosen: QType) -> tuple[QType, bool]:
+    if len(shape) <= 1 or name.endswith("_norm.weight") or name == "v.position_embd.weight":
+        return QType.F32, False
+    if ".patch_embd.weight" in name:
+        return (QType.F16 if chosen == QType.F16 else QType.F32), False
+    if chosen in _BLOCK_TYPES and shape[-1] % GGML_QUANT_SIZES[chosen][0] != 0:
+        logger.info("%s: rows of %d values are not a multiple of %d; %s falls back to F16",
+                    name, shape[-1], GGML_QUANT_SIZES[chosen][0], chosen.name)
+        return QType.F16, True
+    return chosen, False
+
+
+def _planned(name: str, source: str, shape: tuple[int, ...], chosen: QType,
+             temporal_slice: int | None = None) -> PlannedTensor:
+    qtype, fallback = _storage_type(name, shape, chosen)
+    return PlannedTensor(name, source, shape, qtype, temporal_slice, fallback)
+
+
+def expected_text(cfg: ModelConfig) -> list[tuple[str, str, tuple[int, ...]]]:
+    """(GGUF name, HF name, HF shape) of every text tensor, in file order."""
+    t = cfg.text
+    h, q, kv, ff = t.hidden_size, t.n_heads * t.head_dim, t.n_kv_heads * t.head_dim, \
+        t.intermediate_size
+    layer_shapes: dict[str, tuple[int, ...]] = {"attn_norm.weight": (h,), "attn_q.weight": (q, h),
+                    "attn_q_norm.weight": (t.head_dim,), "attn_k.weight": (kv, h),
+                    "attn_k_norm.weight": (t.head_dim,), "attn_v.weight": (kv, h),
+                    "attn_output.weight": (h, q), "ffn_norm.weight": (h,),
+                    "ffn_gate.weight": (ff, h), "ffn_up.weight": (ff, h),
+                    "ffn_down.weight": (h, ff)}
+    out: list[tuple[str, str, tuple[int, ...]]] = [
+        ("token_embd.weight", TEXT_PREFIX + "embed_tokens.weight", (t.vocab_size, h))]
+    for n in range(t.n_layers):
+        out += [(f"blk.{n}.{g}", f"{TEXT_PREFIX}layers.{n}.{s}", layer_shapes[g])
+                for s, g in _TEXT_LAYER]
+    out.append(("output_norm.weight", TEXT_PREFIX + "norm.weight", (h,)))
+    if not cfg.tie_word_embeddings:
+        out.append(("output.weight", "lm_head.weight", (t.vocab_size, h)))
+    return out
+
+
+def expected_vision(cfg: ModelConfig) -> list[tuple[str, str, tuple[int, ...]]]:
+    """(GGUF name, HF name, HF shape) of every vision tensor, in file order. The patch
+    embedding appears once with its 5-d Conv3d shape (split into two slices later)."""
+    v = cfg.vision
+    c, f, d = v.hidden_size, v.intermediate_size, v.out_hidden_size
+    m = c * v.spatial_merge_size ** 2
+    p = VISION_PREFIX
+    out: list[tuple[str, str, tuple[int, ...]]] = [
+        ("v.patch_embd.weight", p + "patch_embed.proj.weight",
+         (c, v.in_channels, v.temporal_patch_size, v.patch_size, v.patch_size)),
+        ("v.patch_embd.bias", p + "patch_embed.proj.bias", (c,)),
+        ("v.position_embd.weight", p + "pos_embed.weight", (v.num_position_embeddings, c))]
+    block = {"ln1": ((c,), (c,)), "attn_qkv": ((3 * c, c), (3 * c,)),
+             "attn_out": ((c, c), (c,)), "ln2": ((c,), (c,)),
+             "ffn_up": ((f, c), (f,)), "ffn_down": ((c, f), (c,))}
+    for n in range(v.depth):
+        for hf, g in _VISION_BLOCK:
+            w, b = block[g]
+            out += [(f"v.blk.{n}.{g}.weight", f"{p}blocks.{n}.{hf}.weight", w),
+                    (f"v.blk.{n}.{g}.bias", f"{p}blocks.{n}.{hf}.bias", b)]
+    merger = {"norm": ((c,), (c,)), "linear_fc1": ((m, m), (m,)), "linear_fc2": ((d, m), (d,))}
+    for j, layer in enumerate(v.deepstack_indexes):
+        for hf, g in _DEEPSTACK:
+            w, b = ((m,), (m,)) if hf == "norm" else merger[hf]
+            src = f"{p}deepstack_merger_list.{j}.{hf}"
+            out += [(f"v.deepstack.{layer}.{g}.weight", src + ".weight", w),
+                    (f"v.deepstack.{layer}.{g}.bias", src + ".bias", b)]
+    for hf, g in _MERGER:
+        w, b = merger[hf]
+        out += [(f"{g}.weight", f"{p}merger.{hf}.weight", w),
+                (f"{g}.bias", f"{p}merger.{hf}.bias", b)]
+    return out
+
+
+def canonical_names(tensors: dict[str, TensorRecord]) -> dict[str, TensorRecord]:
+    """Checkpoint tensors keyed by the transformers ≥ 4.57 names (``visual.*`` →
+    ``model.visual.*``, ``model.layers.*`` → ``model.language_model.layers.*``)."""
+    out: dict[str, TensorRecord] = {}
+    for name, rec in tensors.items():
+        if name.startswith("visual."):
+            name = "model." + name
+        elif name.startswith(("model.layers.", "model.embed_tokens.", "model.norm.")):
+            name = TEXT_PREFIX + name.removeprefix("model.")
+        out[name] = rec
+    return out
+
+
+def build_plan(entries: list[tuple[str, str, tuple[int, ...]]],
+               tensors: dict[str, TensorRecord], chosen: QType) -> list[PlannedTensor]:
+    """Check every expected tensor is there with its shape and plan its storage."""
+    plan: list[PlannedTensor] = []
+    for gguf_name, source, shape in entries:
+        rec = tensors.get(source)
+        if rec is None:
+            raise ConvertInputError(f"the checkpoint has no tensor {source} (needed for "
+                                    f"{gguf_name}); is it a complete Qwen3-VL checkpoint?")
+        if rec.shape != shape:
+            raise ConvertInputError(f"{source} has shape {list(rec.shape)}, config.json implies "
+                                    f"{list(shape)}")
+        if source.endswith("patch_embed.proj.weight"):
+            sliced = (shape[0], shape[1], shape[3], shape[4])
+            plan += [_planned("v.patch_embd.weight", source, sliced, chosen, 0),
+                     _planned("v.patch_embd.weight.1", source, sliced, chosen, 1)]
+        else:
+            plan.append(_planned(gguf_name, source, shape, chosen))
+    return plan
+
+
+def unexpected_tensors(tensors: dict[str, TensorRecord], used: set[str]) -> list[str]:
+    """Checkpoint tensors no GGUF tensor comes from (``lm_head.weight`` of a tied model is
+    allowed and skipped; anything else means the checkpoint is not plain Qwen3-VL)."""
+    return sorted(n for n in tensors if n not in used and n != "lm_head.weight")

@@ -1,0 +1,239 @@
+"""``Engine``: load a Qwen3-VL GGUF pair and answer chat messages with images and video.
+
+It reuses the request side (protocol parsing, media preparation, preprocessing, the vision
+cache) so the Python API, the CLI and the daemon run exactly the same path:
+messages -> request -> prepared media (cache / decode / patchify) -> ViT for cache misses ->
+prompt assembly -> prefill -> sampled decode with stop rules.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from PIL import Image
+
+from ..cache import VisionCache
+from ..features import VisionFeatures
+from ..limits import MMLimits
+from ..preflight import PreflightContext
+from ..prepare import ModelFacts, PreparedMedia, prepare_media
+from ..protocol import Request, parse_request
+from ..vision.decode import MediaPolicy, decode_image
+from ..vision.preprocess import PixelInput, preprocess_image
+from ..vision.sizing import pixel_bounds
+from .model import (
+    ModelFiles,
+    NativeModel,
+    find_model_files,
+    fingerprint,
+    load_tokenizer,
+    model_family,
+    special_tokens,
+)
+from .prompt import PromptMedia, assemble_prompt
+from .session import NativeSession
+from .stopping import StopChecker
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    text: str
+    tokens: list[int]
+    finish_reason: str                # stop | length | cancelled
+    prompt_tokens: int
+    vision_tokens: int
+    metrics: dict[str, float]
+    deepstack: bool
+    cache: list[tuple[bool, str]] = field(default_factory=list)  # (hit, key) per image/video
+    logits: npt.NDArray[np.float32] | None = None   # [steps, vocab] when requested
+
+
+@dataclass(frozen=True)
+class SamplingDefaults:
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+
+
+def _media_part(kind: str, value: Any) -> dict[str, Any]:
+    """A friendly image value (path, bytes, PIL image, data URL) as a protocol part."""
+    if isinstance(value, str) and value.startswith("data:"):
+        return {"type": kind, kind: value}
+    if isinstance(value, Image.Image):
+        buf = io.BytesIO()
+        value.save(buf, "PNG")
+        data = buf.getvalue()
+    elif isinstance(value, bytes | bytearray):
+        data = bytes(value)
+    else:
+        data = Path(value).read_bytes()
+    return {"type": kind, kind: {"b64": base64.b64encode(data).decode()}}
+
+
+def _normalise_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            parts = []
+            for part in content:
+                if part.get("type") == "image" and not isinstance(part.get("image"), dict):
+                    parts.append(_media_part("image", part["image"]))
+                elif part.get("type") == "video_frames":
+                    frames = [_media_part("image", f)["image"] for f in part["video_frames"]]
+                    parts.append({**part, "video_frames": frames})
+                else:
+                    parts.append(part)
+            message = {**message, "content": parts}
+        out.append(message)
+    return out
+
+
+class Engine:
+    """A loaded model and one inference session (calls are serialised)."""
+
+    def __init__(self, files: ModelFiles, threads: int = 4, context: int = 4096,
+                 kv_type: str = "f32", batch: int = 256, max_pixels: int | None = 1_003_520,
+                 cache: VisionCache | None = None,
+                 progress: Callable[[str], None] | None = None) -> None:
+        t0 = time.perf_counter()
+        self.model = NativeModel(files)
+        self.files = files
+        self.name = files.name
+        self.tokenizer = load_tokenizer(self.model)
+        self.special = special_tokens(self.model, self.tokenizer)
+        self.family = model_family(self.model)
+        self.max_pixels = max_pixels  # the deployment cap (None: the model's own bounds)
+        info = self.model.info
+        max_patches = 0
+        if info["has_vision"]:
+            biggest = pixel_bounds(self.family, max_pixels, None, None)[1]
+            if self.family.video_max_pixels:  # a clip's budget covers >= 2 frames; one
+                video = pixel_bounds(self.family, max_pixels, None, None, video=True)[1]
+                biggest = max(biggest, video // 2)  # group of 2 frames is encoded at a time
+            patch = self.family.patch_size
+            max_patches = (-(-biggest // (patch * patch)) + 3) // 4 * 4
+        self.session = NativeSession(self.model, context, threads, batch, kv_type, max_patches)
+        self.context = context
+        self.facts = ModelFacts(
+            fingerprint=fingerprint(self.model), hidden_size=int(info["n_embd"]),
+            deepstack_layers=int(info["n_deepstack"]),
+            image_mean=tuple(info["v_image_mean"]) if info["has_vision"] else (0.5, 0.5, 0.5),
+            image_std=tuple(info["v_image_std"]) if info["has_vision"] else (0.5, 0.5, 0.5))
+        self.sampling = self._sampling_defaults()
+        self.cache = cache
+        self._lock = threading.Lock()
+        self.load_ms = (time.perf_counter() - t0) * 1e3
+        if progress:
+            progress(f"loaded {self.name} in {self.load_ms:.0f} ms")
+
+    @classmethod
+    def load(cls, path: str | Path, threads: int = 4, context: int = 4096, **kwargs: Any
+             ) -> Engine:
+        """Load ``DIR`` (model.gguf + mmproj.gguf) or a text .gguf with a sibling mmproj."""
+        return cls(find_model_files(path), threads=threads, context=context, **kwargs)
+
+    def _sampling_defaults(self) -> SamplingDefaults:
+        temp = self.model.meta_float(0, "general.sampling.temp")
+        top_k = self.model.meta_int(0, "general.sampling.top_k")
+        top_p = self.model.meta_float(0, "general.sampling.top_p")
+        return SamplingDefaults(temperature=temp if temp is not None else 0.0,
+                                top_k=top_k if top_k is not None else 0,
+                                top_p=top_p if top_p is not None else 1.0)
+
+    # ------------------------------------------------------------------ request-side context
+
+    def preflight_context(self, context: int | None = None, mm: MMLimits | None = None,
+                          media: MediaPolicy | None = None) -> PreflightContext:
+        return PreflightContext(family=self.family, context_length=context or self.context,
+                                tokenizer=self.tokenizer, media=media or MediaPolicy(),
+                                mm=mm or MMLimits(), max_pixels=self.max_pixels,
+                                ref_tokens=self._ref_tokens)
+
+    def _ref_tokens(self, key: str) -> int | None:
+        if self.cache is None:
+            return None
+        features = self.cache.peek(key)
+        return features.n_tokens if features is not None else None
+
+    # ------------------------------------------------------------------ vision
+
+    def encode_pixels(self, pixels: PixelInput) -> VisionFeatures:
+        with self._lock:
+            return self.session.encode_vision(pixels)[0]
+
+    def encode_image(self, image: Image.Image | bytes | str | Path,
+                     max_pixels: int | None = None) -> VisionFeatures:
+        """Vision rows + DeepStack rows + grid of one image (for the cache or vision_tokens)."""
+        if not isinstance(image, Image.Image):
+            data = image if isinstance(image, bytes) else Path(image).read_bytes()
+            image = decode_image(data, MediaPolicy())
+        lo, hi = pixel_bounds(self.family, max_pixels or self.max_pixels, None, None)
+        pixels = preprocess_image(image.convert("RGB"), self.family, lo, hi,
+                                  self.facts.image_mean, self.facts.image_std)
+        return self.encode_pixels(pixels)
+
+    # ------------------------------------------------------------------ generation
+
+    def generate(self, messages: Sequence[dict[str, Any]], max_tokens: int = 128,
+                 **params: Any) -> GenerationResult:
+        """Answer chat messages; image values may be paths, bytes, PIL images or data URLs."""
+        request = parse_request({"messages": _normalise_messages(messages),
+                                 "max_tokens": max_tokens,
+                                 **{k: v for k, v in params.items()
+                                    if k not in ("on_text", "want_logits")}})
+        t0 = time.perf_counter()
+        prepared = prepare_media(request, self.preflight_context(), self.facts, self.cache)
+        media_ms = (time.perf_counter() - t0) * 1e3
+        return self.generate_prepared(request, prepared, media_ms=media_ms,
+                                      on_text=params.get("on_text"),
+                                      want_logits=bool(params.get("want_logits")))
+
+    def cancel(self) -> None:
+        self.session.cancel()
+
+    def generate_prepared(self, request: Request, prepared: Sequence[PreparedMedia],
+                          media_ms: float = 0.0, on_text: Callable[[str], None] | None = None,
+                          want_logits: bool = False) -> GenerationResult:
+        from .generate import run_generation
+
+        with self._lock:
+            return run_generation(self, request, prepared, media_ms, on_text, want_logits)
+
+    def encode_prepared(self, prepared: Sequence[PreparedMedia]) -> tuple[list[PromptMedia],
+                                                                            float]:
+        """Features of every media item: cached ones as they are, the rest through the ViT
+        (and into the cache). Returns (media, encode_ms). Call with the lock held."""
+        media: list[PromptMedia] = []
+        encode_ms = 0.0
+        for item in prepared:
+            features = item.features
+            if features is None:
+                assert item.pixels is not None
+                t0 = time.perf_counter()
+                features = self.session.encode_vision(item.pixels)[0]
+                encode_ms += (time.perf_counter() - t0) * 1e3
+                if self.cache is not None and item.cache_key:
+                    self.cache.put(item.cache_key, features, item.source_size)
+            media.append(PromptMedia(features, item.kind == "video", item.timestamps))
+        return media, encode_ms
+
+    def prompt_for(self, request: Request, media: Sequence[PromptMedia]) -> Any:
+        return assemble_prompt(request.messages, media, self.tokenizer, self.special,
+                               self.session.n_deepstack)
+
+    def stop_checker(self, stop: Sequence[str]) -> StopChecker:
+        return StopChecker(self.tokenizer, self.special.eos, stop)

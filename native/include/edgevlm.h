@@ -1,0 +1,203 @@
+/*
+ * edgevlm.h - the public C API of the edgevlm inference core (Qwen3-VL on a CPU).
+ *
+ * Written so that cffi's cdef can read it: no macros in declarations, no includes needed
+ * beyond <stddef.h>/<stdint.h>, plain structs and enums.
+ *
+ * Conventions (sqlite3 / stb style):
+ *  - Opaque handles: edgevlm_model (immutable weights, shareable between sessions and threads)
+ *    and edgevlm_session (KV cache, scratch buffers, thread pool; one thread at a time, except
+ *    edgevlm_session_cancel which any thread may call).
+ *  - Every fallible call returns an edgevlm_status; the message of the last failure is
+ *    edgevlm_session_error() / the err buffer of edgevlm_model_load().
+ *  - Buffers are owned by the caller; shapes are given in the comments, row-major.
+ *  - Nothing here exits, aborts or prints. All memory is allocated at load / session creation;
+ *    nothing is allocated per generated token.
+ *  - Frees accept NULL.
+ */
+#ifndef EDGEVLM_H
+#define EDGEVLM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum edgevlm_status {
+    EDGEVLM_OK = 0,
+    EDGEVLM_ERR_ARGUMENT = 1,      /* a bad argument: NULL, a size that does not fit, ... */
+    EDGEVLM_ERR_IO = 2,            /* a file cannot be opened, read or mapped */
+    EDGEVLM_ERR_FORMAT = 3,        /* a malformed or inconsistent model file */
+    EDGEVLM_ERR_UNSUPPORTED = 4,   /* a valid file edgevlm cannot run (type, architecture) */
+    EDGEVLM_ERR_NOMEM = 5,         /* an allocation failed */
+    EDGEVLM_ERR_CONTEXT_FULL = 6,  /* the KV cache has no room for the tokens */
+    EDGEVLM_ERR_CANCELLED = 7,     /* edgevlm_session_cancel() stopped the call */
+    EDGEVLM_ERR_NO_VISION = 8      /* an image call on a model loaded without an mmproj file */
+} edgevlm_status;
+
+typedef enum edgevlm_kv_type {
+    EDGEVLM_KV_F32 = 0,
+    EDGEVLM_KV_F16 = 1
+} edgevlm_kv_type;
+
+typedef enum edgevlm_kernel_mode {
+    EDGEVLM_KERNELS_BEST = 0,      /* the fastest kernels this CPU supports */
+    EDGEVLM_KERNELS_SCALAR = 1     /* the scalar reference kernels (for tests) */
+} edgevlm_kernel_mode;
+
+typedef struct edgevlm_model edgevlm_model;
+typedef struct edgevlm_session edgevlm_session;
+
+/* Hyperparameters, all read from the files' metadata (or their documented defaults). */
+typedef struct edgevlm_model_info {
+    /* text decoder */
+    int32_t n_vocab;              /* rows of token_embd */
+    int32_t n_embd;               /* hidden size d */
+    int32_t n_layer;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t head_dim;
+    int32_t n_ff;
+    int32_t n_ctx_train;
+    float rms_eps;
+    float rope_theta;
+    int32_t rope_sections[4];     /* interleaved MRoPE sections (t, h, w, unused) */
+    int32_t n_deepstack;          /* DeepStack layers injected after decoder layers 0..k-1 */
+    int32_t tied_output;          /* 1 when the output projection is token_embd */
+    int32_t weight_type;          /* ggml type id of the attention/FFN weights */
+    int32_t eos_id;               /* -1 when absent */
+    int32_t bos_id;               /* -1 when absent */
+    /* vision encoder (all zero when no mmproj was loaded) */
+    int32_t has_vision;
+    int32_t v_n_embd;
+    int32_t v_n_layer;
+    int32_t v_n_head;
+    int32_t v_n_ff;
+    int32_t v_patch_size;
+    int32_t v_temporal_patch;
+    int32_t v_merge;
+    int32_t v_pos_side;           /* side of the learned position grid (48 for 2304 rows) */
+    float v_eps;
+    float v_rope_theta;
+    int32_t v_deepstack_layers[4];/* ViT block index of each DeepStack tap, -1 unused */
+    float v_image_mean[3];
+    float v_image_std[3];
+    int32_t v_weight_type;
+} edgevlm_model_info;
+
+typedef struct edgevlm_session_params {
+    int32_t n_ctx;                /* KV cache capacity in tokens */
+    int32_t n_batch;              /* most tokens one prefill call may take */
+    int32_t n_threads;            /* worker threads of this session (>= 1) */
+    int32_t kv_type;              /* edgevlm_kv_type */
+    int32_t max_patches;          /* most ViT patches one encode call may take (0: no vision) */
+} edgevlm_session_params;
+
+typedef struct edgevlm_sampling {
+    float temperature;            /* <= 0: greedy */
+    int32_t top_k;                /* <= 0: off */
+    float top_p;                  /* >= 1: off */
+    float repetition_penalty;     /* 1: off (HF semantics: divide positive logits, multiply negative) */
+} edgevlm_sampling;
+
+/* ---- model ---------------------------------------------------------------------------- */
+
+/* Loads a text model GGUF and, optionally (mmproj_path may be NULL), its vision GGUF.
+ * Tensors are memory-mapped and used in place. On failure *out is NULL and err (if not NULL)
+ * holds a NUL-terminated message of at most err_len bytes. */
+edgevlm_status edgevlm_model_load(const char *text_path, const char *mmproj_path,
+                                  edgevlm_model **out, char *err, size_t err_len);
+void edgevlm_model_free(edgevlm_model *model);
+void edgevlm_model_get_info(const edgevlm_model *model, edgevlm_model_info *out);
+
+/* Metadata of the text file (which==0) or the mmproj file (which==1), by key.
+ * Strings: copies at most buf_len bytes (NUL-terminated) and returns the full length, or -1
+ * when the key is absent or not a string. */
+int64_t edgevlm_model_meta_str(const edgevlm_model *model, int32_t which, const char *key,
+                               char *buf, size_t buf_len);
+/* Arrays of strings (e.g. tokenizer.ggml.tokens): element count, or -1. */
+int64_t edgevlm_model_meta_arr_len(const edgevlm_model *model, int32_t which, const char *key);
+/* One element of a string array; same return convention as edgevlm_model_meta_str. */
+int64_t edgevlm_model_meta_arr_str(const edgevlm_model *model, int32_t which, const char *key,
+                                   int64_t index, char *buf, size_t buf_len);
+/* Integer scalars and integer arrays (copies at most n values): count, or -1. */
+int64_t edgevlm_model_meta_ints(const edgevlm_model *model, int32_t which, const char *key,
+                                int64_t *out, int64_t n);
+
+/* A float (or integer) scalar as double: 1 when found, 0 when absent or not a number. */
+int32_t edgevlm_model_meta_f64(const edgevlm_model *model, int32_t which, const char *key,
+                               double *out);
+
+/* ---- session -------------------------------------------------------------------------- */
+
+edgevlm_status edgevlm_session_new(const edgevlm_model *model,
+                                   const edgevlm_session_params *params,
+                                   edgevlm_session **out, char *err, size_t err_len);
+void edgevlm_session_free(edgevlm_session *session);
+const char *edgevlm_session_error(const edgevlm_session *session);
+/* Requests that the running call of this session stop; safe from any thread. */
+void edgevlm_session_cancel(edgevlm_session *session);
+/* Selects the kernels (tests compare the scalar reference with the SIMD ones). */
+edgevlm_status edgevlm_session_set_kernels(edgevlm_session *session, int32_t mode);
+/* Seeds the session's random generator (sampling with temperature > 0 is then reproducible). */
+void edgevlm_session_set_seed(edgevlm_session *session, uint64_t seed);
+/* Forgets every cached token (the next prefill starts at sequence index 0). */
+void edgevlm_session_reset(edgevlm_session *session);
+/* Tokens in the KV cache. */
+int32_t edgevlm_session_n_past(const edgevlm_session *session);
+
+/* ---- vision --------------------------------------------------------------------------- */
+
+/* Encodes one image (grid_t == 1) or one video (grid_t = frames / temporal_patch).
+ *   pixel_values   float32 [n_patches, 3 * temporal_patch * patch * patch], merge-block order
+ *   n_patches      grid_t * grid_h * grid_w (grid_h, grid_w in patches, multiples of merge)
+ *   out_embeds     float32 [n_patches / merge^2, n_embd]
+ *   out_deepstack  float32 [n_deepstack, n_patches / merge^2, n_embd], or NULL to skip
+ *   out_vit        float32 [n_patches, v_n_embd] pre-merger ViT output, or NULL (tests) */
+edgevlm_status edgevlm_encode_vision(edgevlm_session *session, const float *pixel_values,
+                                     int64_t n_patches, int32_t grid_t, int32_t grid_h,
+                                     int32_t grid_w, float *out_embeds, float *out_deepstack,
+                                     float *out_vit);
+
+/* ---- text ----------------------------------------------------------------------------- */
+
+/* Appends n_tokens to the KV cache.
+ *   tokens         int32 [n_tokens] token ids
+ *   positions      int32 [3, n_tokens] MRoPE positions (t row, h row, w row)
+ *   vision_index   int32 [n_tokens] or NULL: -1 for a text token, else the row of
+ *                  vision_rows that replaces its embedding
+ *   vision_rows    float32 [n_vision, n_embd]
+ *   deepstack_rows float32 [n_ds, n_vision, n_embd] or NULL (n_ds <= n_deepstack; layer l < n_ds
+ *                  adds deepstack_rows[l] to the vision rows after decoder layer l)
+ *   logits_out     float32 [n_logits, n_vocab]: the logits of the last n_logits tokens
+ *                  (1 for generation; n_tokens for tests); may be NULL when n_logits == 0 */
+edgevlm_status edgevlm_prefill(edgevlm_session *session, const int32_t *tokens,
+                               int64_t n_tokens, const int32_t *positions,
+                               const int32_t *vision_index, const float *vision_rows,
+                               int64_t n_vision, const float *deepstack_rows, int32_t n_ds,
+                               float *logits_out, int64_t n_logits);
+
+/* One generated token at MRoPE position `position` on all three axes.
+ *   logits_out     float32 [n_vocab] */
+edgevlm_status edgevlm_decode(edgevlm_session *session, int32_t token, int32_t position,
+                              float *logits_out);
+
+/* Samples a token from logits (modified in place by penalties and temperature), in
+ * transformers' order: repetition penalty, temperature, top-k, top-p. Greedy (argmax, the
+ * first of equal maxima) when temperature <= 0.
+ *   logits         float32 [n_vocab]
+ *   history        int32 [n_history] tokens for the repetition penalty (may be NULL) */
+edgevlm_status edgevlm_sample(edgevlm_session *session, float *logits,
+                              const edgevlm_sampling *params, const int32_t *history,
+                              int64_t n_history, int32_t *out_token);
+
+/* A short static description of the build: version, SIMD paths compiled in. */
+const char *edgevlm_build_info(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EDGEVLM_H */

@@ -1,0 +1,62 @@
+/*
+ * x86_avx2.h - helpers shared by the AVX2/FMA/F16C kernels (x86_avx2.c, x86_avx2_gemm.c).
+ *
+ * Every function is compiled with a target attribute, so these files build with baseline
+ * flags too; ev_kernels_x86_avx2() hands them out only when the CPU has the extensions.
+ */
+#ifndef EDGEVLM_X86_AVX2_H
+#define EDGEVLM_X86_AVX2_H
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+
+#include "../kernels.h"
+
+#define EV_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define EV_AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+
+EV_AVX2_INLINE float avx2_hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+EV_AVX2_INLINE float avx2_fp16(ev_fp16 h) {
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+}
+
+/* 8 consecutive weights of a float-type row as float32. */
+EV_AVX2_INLINE __m256 avx2_load8_f16(const ev_fp16 *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+EV_AVX2_INLINE __m256 avx2_load8_bf16(const ev_bf16 *p) {
+    __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+}
+
+/* The 32 signed 4-bit weights of a Q4_0 block as int8 in [-8, 7], in element order. */
+EV_AVX2_INLINE __m256i avx2_unpack_q4_0(const uint8_t *qs) {
+    __m128i t = _mm_loadu_si128((const __m128i *)qs);
+    __m256i v = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
+    v = _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+    return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+}
+
+/* sum of w[i]*x[i] over 32 int8 pairs as 8 int32 lanes; wabs = |w| (as u8), x in [-127, 127].
+ * maddubs' int16 pair sums stay below 2*128*127 = 32512, so nothing saturates. */
+EV_AVX2_INLINE __m256i avx2_dot32(__m256i wabs, __m256i w, __m256i x) {
+    __m256i sx = _mm256_sign_epi8(x, w);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, sx), _mm256_set1_epi16(1));
+}
+
+/* the tiled matrix products of x86_avx2_gemm.c */
+void ev_avx2_gemm_f32(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx2_gemm_f16(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx2_gemm_bf16(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx2_gemm_q8_0(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx2_gemm_q4_0(const ev_gemm_args *a, int64_t r0, int64_t r1);
+
+#endif
+#endif

@@ -1,0 +1,335 @@
+/*
+ * x86_avx2_gemm.c - register-blocked matrix products Y[t][r] = X[t] . W[r] (+ bias[r]) for one
+ * thread's rows [r0, r1). Reference: ev_matmul's scalar path (vec_dot per pair).
+ *
+ * Loop nest (Goto-style): K in chunks; tokens in blocks whose activation chunk fits in L2;
+ * rows in tiles; tokens in pairs; a register-blocked micro-kernel over the K chunk that adds
+ * into y after the first chunk. Weights are thus streamed once per token block (once in all
+ * when the chunk of every token fits in L2), activations come from L2, the tile from L1.
+ *
+ * Float weights (F32/F16/BF16): 6 rows x 2 tokens = 12 accumulators; per 8 columns the 2
+ * activation vectors are loaded once and each weight vector is converted once (F16C, or a
+ * shift for BF16) and feeds 2 FMAs. Decode (1 token) streams rows in 4 x 1 tiles.
+ *
+ * Q8_0/Q4_0 weights against Q8_0 activations (ggml's integer dot: |w| x sign(x, w) through
+ * maddubs, int32 per block, then one FMA with d_w * d_x):
+ *  - fewer than PANEL_MIN_TOK tokens: direct tiles of 4 rows x n_tok tokens read straight from
+ *    the weights (decode: pure streaming, 34 or 18 bytes per block and row).
+ *  - otherwise the 4 rows of a tile are decoded once per K chunk into a stack panel (signed
+ *    int8, |w| and float scales) and a 4 x 2 micro-kernel runs on it for every token pair:
+ *    per block and pair only sign, maddubs, madd, cvt, mul and FMA remain.
+ */
+#if defined(__x86_64__)
+
+#include "x86_avx2.h"
+
+#define FR 6                     /* float weights: rows x tokens per tile */
+#define FC 2
+#define F_KC 2048                 /* float K chunk (columns), a multiple of 8 */
+#define TILE_R 4                 /* quantised: rows per tile */
+#define PANEL_MIN_TOK 4          /* fewer tokens than this: no panel */
+#define KC_BLOCKS 64             /* quantised K chunk: 64 blocks = 2048 columns */
+#define L2_BUDGET (256 * 1024)   /* activation chunk of one token block: half of a 512 KiB L2 */
+
+static inline int64_t min64(int64_t a, int64_t b) {
+    return a < b ? a : b;
+}
+
+/* tokens per block: the activation chunk of a block fits in L2; a multiple of 2 */
+static inline int64_t token_block(int64_t chunk_bytes) {
+    int64_t tb = L2_BUDGET / (chunk_bytes > 0 ? chunk_bytes : 1);
+    return tb < 2 ? 2 : tb / 2 * 2;
+}
+
+static inline void store_y(const ev_gemm_args *a, int64_t r, int64_t t, float s, int accumulate) {
+    float *yp = &a->y[t * a->n_out + r];
+    if (accumulate) {
+        *yp += s;
+    } else {
+        *yp = s + (a->bias ? a->bias[r] : 0.0f);
+    }
+}
+
+/* ---- float weights --------------------------------------------------------------------- */
+
+#define LOAD_W(TYPE, p, k)                                                                  \
+    ((TYPE) == EV_TYPE_F32   ? _mm256_loadu_ps((const float *)(p) + (k))                   \
+     : (TYPE) == EV_TYPE_F16 ? avx2_load8_f16((const ev_fp16 *)(p) + (k))                  \
+                             : avx2_load8_bf16((const ev_bf16 *)(p) + (k)))
+
+static inline float w_scalar(int type, const uint8_t *p, int64_t k) {
+    if (type == EV_TYPE_F32) return ((const float *)p)[k];
+    if (type == EV_TYPE_F16) return ev_fp16_to_f32(((const ev_fp16 *)p)[k]);
+    return ev_bf16_to_f32(((const ev_bf16 *)p)[k]);
+}
+
+/* R rows from r x C tokens from t over columns [k0, k1) (k0 % 8 == 0; the columns past the
+ * last multiple of 8 only in the final chunk); R <= FR, C <= FC, compile-time after inlining. */
+EV_AVX2_INLINE void float_tile(const ev_gemm_args *a, int64_t r, int64_t t, const int R,
+                               const int C, const int type, int64_t k0, int64_t k1) {
+    const uint8_t *wr[FR];
+    const float *xr[FC];
+    __m256 acc[FR][FC];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++) wr[i] = a->w + (r + i) * a->w_stride;
+#pragma GCC unroll 4
+    for (int j = 0; j < C; j++) xr[j] = (const float *)(a->x + (t + j) * a->x_stride);
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < C; j++) acc[i][j] = _mm256_setzero_ps();
+    const int64_t k8 = k0 + ((k1 - k0) & ~(int64_t)7);
+    for (int64_t k = k0; k < k8; k += 8) {
+        __m256 xv[FC];
+#pragma GCC unroll 4
+        for (int j = 0; j < C; j++) xv[j] = _mm256_loadu_ps(xr[j] + k);
+#pragma GCC unroll 8
+        for (int i = 0; i < R; i++) {
+            const __m256 wv = LOAD_W(type, wr[i], k);
+#pragma GCC unroll 4
+            for (int j = 0; j < C; j++) acc[i][j] = _mm256_fmadd_ps(wv, xv[j], acc[i][j]);
+        }
+    }
+    /* reduce every accumulator before the scalar tail, so none stays live across it */
+    float sum[FR][FC];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < C; j++) sum[i][j] = avx2_hsum(acc[i][j]);
+    for (int i = 0; i < R; i++) {
+        for (int j = 0; j < C; j++) {
+            float s = sum[i][j];
+            for (int64_t k = k8; k < k1; k++) s += w_scalar(type, wr[i], k) * xr[j][k];
+            store_y(a, r + i, t + j, s, k0 > 0);
+        }
+    }
+}
+
+/* The tile shapes in use, each its own function: inlined into the loop nest below, GCC's
+ * register allocation spills the accumulators. */
+#define FLOAT_TILES(SUFFIX, TYPE)                                                           \
+    EV_AVX2 __attribute__((noinline)) static void tile_##SUFFIX##_full(                     \
+        const ev_gemm_args *a, int64_t r, int64_t t, int64_t k0, int64_t k1) {              \
+        float_tile(a, r, t, FR, FC, TYPE, k0, k1);                                          \
+    }                                                                                       \
+    EV_AVX2 __attribute__((noinline)) static void tile_##SUFFIX##_col(                      \
+        const ev_gemm_args *a, int64_t r, int64_t t, int64_t k0, int64_t k1) {              \
+        float_tile(a, r, t, FR, 1, TYPE, k0, k1);                                           \
+    }                                                                                       \
+    EV_AVX2 __attribute__((noinline)) static void tile_##SUFFIX##_gemv(                     \
+        const ev_gemm_args *a, int64_t r, int64_t t, int64_t k0, int64_t k1) {              \
+        float_tile(a, r, t, 4, 1, TYPE, k0, k1);                                            \
+    }                                                                                       \
+    EV_AVX2 __attribute__((noinline)) static void tile_##SUFFIX##_one(                      \
+        const ev_gemm_args *a, int64_t r, int64_t t, int64_t k0, int64_t k1) {              \
+        float_tile(a, r, t, 1, 1, TYPE, k0, k1);                                            \
+    }
+
+FLOAT_TILES(f32, EV_TYPE_F32)
+FLOAT_TILES(f16, EV_TYPE_F16)
+FLOAT_TILES(bf16, EV_TYPE_BF16)
+
+typedef void (*float_tile_fn)(const ev_gemm_args *a, int64_t r, int64_t t, int64_t k0, int64_t k1);
+typedef struct float_tiles { float_tile_fn full, col, gemv, one; } float_tiles;
+
+static void float_gemm(const ev_gemm_args *a, int64_t r0, int64_t r1, const float_tiles *f) {
+    if (a->n_tok == 1) {                       /* decode: stream every row once, 4 at a time */
+        int64_t r = r0;
+        for (; r + 4 <= r1; r += 4) f->gemv(a, r, 0, 0, a->n_in);
+        for (; r < r1; r++) f->one(a, r, 0, 0, a->n_in);
+        return;
+    }
+    const int64_t tb = token_block(F_KC * (int64_t)sizeof(float));
+    for (int64_t k0 = 0; k0 < a->n_in; k0 += F_KC) {
+        const int64_t k1 = k0 + F_KC >= a->n_in ? a->n_in : k0 + F_KC;
+        for (int64_t t0 = 0; t0 < a->n_tok; t0 += tb) {
+            const int64_t t1 = min64(t0 + tb, a->n_tok);
+            int64_t r = r0;
+            for (; r + FR <= r1; r += FR) {
+                int64_t t = t0;
+                for (; t + FC <= t1; t += FC) f->full(a, r, t, k0, k1);
+                for (; t < t1; t++) f->col(a, r, t, k0, k1);
+            }
+            for (; r < r1; r++)
+                for (int64_t t = t0; t < t1; t++) f->one(a, r, t, k0, k1);
+        }
+    }
+}
+
+void ev_avx2_gemm_f32(const ev_gemm_args *a, int64_t r0, int64_t r1) {
+    static const float_tiles f = {tile_f32_full, tile_f32_col, tile_f32_gemv, tile_f32_one};
+    float_gemm(a, r0, r1, &f);
+}
+
+void ev_avx2_gemm_f16(const ev_gemm_args *a, int64_t r0, int64_t r1) {
+    static const float_tiles f = {tile_f16_full, tile_f16_col, tile_f16_gemv, tile_f16_one};
+    float_gemm(a, r0, r1, &f);
+}
+
+void ev_avx2_gemm_bf16(const ev_gemm_args *a, int64_t r0, int64_t r1) {
+    static const float_tiles f = {tile_bf16_full, tile_bf16_col, tile_bf16_gemv, tile_bf16_one};
+    float_gemm(a, r0, r1, &f);
+}
+
+/* ---- quantised weights: direct tiles (few tokens) -------------------------------------- */
+
+EV_AVX2_INLINE __m256i load_wq(const uint8_t *row, int64_t b, const int q4) {
+    if (q4) return avx2_unpack_q4_0(((const ev_block_q4_0 *)row)[b].qs);
+    return _mm256_loadu_si256((const __m256i *)((const ev_block_q8_0 *)row)[b].qs);
+}
+
+EV_AVX2_INLINE float load_dw(const uint8_t *row, int64_t b, const int q4) {
+    if (q4) return avx2_fp16(((const ev_block_q4_0 *)row)[b].d);
+    return avx2_fp16(((const ev_block_q8_0 *)row)[b].d);
+}
+
+/* R rows x C tokens over all blocks, weights decoded in the loop; R <= 4, C <= 3. */
+EV_AVX2_INLINE void q_direct_tile(const ev_gemm_args *a, int64_t r, int64_t t, const int R,
+                                  const int C, const int q4) {
+    const int64_t nb = a->n_in / EV_QK;
+    const uint8_t *wr[TILE_R];
+    const ev_block_q8_0 *xr[3];
+    const float *dx[3];
+    __m256 acc[TILE_R][3];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++) wr[i] = a->w + (r + i) * a->w_stride;
+#pragma GCC unroll 4
+    for (int j = 0; j < C; j++) {
+        xr[j] = (const ev_block_q8_0 *)(a->x + (t + j) * a->x_stride);
+        dx[j] = a->x_scale + (t + j) * nb;
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < C; j++) acc[i][j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) {
+            __m256i wv = load_wq(wr[i], b, q4);
+            __m256i wa = _mm256_sign_epi8(wv, wv);
+            __m256 dw = _mm256_set1_ps(load_dw(wr[i], b, q4));
+#pragma GCC unroll 4
+            for (int j = 0; j < C; j++) {
+                __m256i xv = _mm256_loadu_si256((const __m256i *)xr[j][b].qs);
+                __m256i p = avx2_dot32(wa, wv, xv);
+                __m256 d = _mm256_mul_ps(dw, _mm256_broadcast_ss(dx[j] + b));
+                acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), d, acc[i][j]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < C; j++) store_y(a, r + i, t + j, avx2_hsum(acc[i][j]), 0);
+}
+
+EV_AVX2_INLINE void q_direct(const ev_gemm_args *a, int64_t r0, int64_t r1, const int q4) {
+    int64_t r = r0;
+    switch (a->n_tok) {
+    case 1: for (; r + TILE_R <= r1; r += TILE_R) q_direct_tile(a, r, 0, TILE_R, 1, q4); break;
+    case 2: for (; r + TILE_R <= r1; r += TILE_R) q_direct_tile(a, r, 0, TILE_R, 2, q4); break;
+    case 3: for (; r + TILE_R <= r1; r += TILE_R) q_direct_tile(a, r, 0, TILE_R, 3, q4); break;
+    default: break;
+    }
+    for (; r < r1; r++)
+        for (int64_t t = 0; t < a->n_tok; t++) q_direct_tile(a, r, t, 1, 1, q4);
+}
+
+/* ---- quantised weights: panel of 4 decoded rows x 2-token micro-kernel ------------------ */
+
+typedef struct q_panel {
+    _Alignas(32) int8_t ws[TILE_R][KC_BLOCKS * EV_QK];   /* signed weights [row][k] */
+    _Alignas(32) uint8_t wa[TILE_R][KC_BLOCKS * EV_QK];  /* |weights| */
+    _Alignas(32) float dw[KC_BLOCKS][2 * TILE_R];        /* block scales, the 4 rows twice */
+} q_panel;
+
+/* Decodes blocks [kb, kb + n) of rows r..r+R-1 into the panel; missing rows are zeros. */
+EV_AVX2_INLINE void panel_fill(q_panel *p, const ev_gemm_args *a, int64_t r, int R, int64_t kb,
+                               int n, const int q4) {
+    for (int i = 0; i < TILE_R; i++) {
+        const uint8_t *row = a->w + (r + (i < R ? i : 0)) * a->w_stride;
+        for (int b = 0; b < n; b++) {
+            __m256i wv = i < R ? load_wq(row, kb + b, q4) : _mm256_setzero_si256();
+            _mm256_store_si256((__m256i *)&p->ws[i][b * EV_QK], wv);
+            _mm256_store_si256((__m256i *)&p->wa[i][b * EV_QK], _mm256_sign_epi8(wv, wv));
+            p->dw[b][i] = p->dw[b][i + TILE_R] = i < R ? load_dw(row, kb + b, q4) : 0.0f;
+        }
+    }
+}
+
+/* 4 panel rows x C (1 or 2) tokens over n blocks from kb; adds into y after the first chunk. */
+EV_AVX2_INLINE void panel_kernel(const q_panel *p, const ev_gemm_args *a, int64_t r, int R,
+                                 int64_t t, const int C, int64_t kb, int n) {
+    const int64_t nb = a->n_in / EV_QK;
+    const ev_block_q8_0 *xr[2];
+    const float *dx[2];
+    __m256 acc[TILE_R][2];
+#pragma GCC unroll 2
+    for (int j = 0; j < C; j++) {
+        xr[j] = (const ev_block_q8_0 *)(a->x + (t + j) * a->x_stride) + kb;
+        dx[j] = a->x_scale + (t + j) * nb + kb;
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < TILE_R; i++)
+#pragma GCC unroll 2
+        for (int j = 0; j < C; j++) acc[i][j] = _mm256_setzero_ps();
+    _Alignas(32) float sc[2 * TILE_R];   /* d_w[i] * d_x[j] of the block at sc[j * 4 + i] */
+    for (int b = 0; b < n; b++) {
+        __m256i xv[2];
+        /* all 8 scale products of the block in one multiply, read back by broadcast loads */
+        __m256 dx8 = _mm256_set_m128(_mm_broadcast_ss(dx[C - 1] + b), _mm_broadcast_ss(dx[0] + b));
+        _mm256_store_ps(sc, _mm256_mul_ps(_mm256_load_ps(p->dw[b]), dx8));
+#pragma GCC unroll 2
+        for (int j = 0; j < C; j++) xv[j] = _mm256_loadu_si256((const __m256i *)xr[j][b].qs);
+#pragma GCC unroll 4
+        for (int i = 0; i < TILE_R; i++) {
+            __m256i wa = _mm256_load_si256((const __m256i *)&p->wa[i][b * EV_QK]);
+            __m256i ws = _mm256_load_si256((const __m256i *)&p->ws[i][b * EV_QK]);
+#pragma GCC unroll 2
+            for (int j = 0; j < C; j++) {
+                __m256i q = avx2_dot32(wa, ws, xv[j]);
+                acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q),
+                                            _mm256_broadcast_ss(&sc[j * TILE_R + i]), acc[i][j]);
+            }
+        }
+    }
+    /* fully unrolled, so that acc[][] lives in registers only */
+#pragma GCC unroll 4
+    for (int i = 0; i < TILE_R; i++)
+#pragma GCC unroll 2
+        for (int j = 0; j < C; j++)
+            if (i < R) store_y(a, r + i, t + j, avx2_hsum(acc[i][j]), kb > 0);
+}
+
+EV_AVX2_INLINE void q_gemm(const ev_gemm_args *a, int64_t r0, int64_t r1, const int q4) {
+    if (a->n_tok < PANEL_MIN_TOK) {
+        q_direct(a, r0, r1, q4);
+        return;
+    }
+    const int64_t nb = a->n_in / EV_QK;
+    const int64_t tb = token_block(KC_BLOCKS * (int64_t)sizeof(ev_block_q8_0));
+    q_panel panel;
+    for (int64_t kb = 0; kb < nb; kb += KC_BLOCKS) {
+        const int n = (int)min64(KC_BLOCKS, nb - kb);
+        for (int64_t t0 = 0; t0 < a->n_tok; t0 += tb) {
+            const int64_t t1 = min64(t0 + tb, a->n_tok);
+            for (int64_t r = r0; r < r1; r += TILE_R) {
+                const int R = (int)min64(TILE_R, r1 - r);
+                panel_fill(&panel, a, r, R, kb, n, q4);
+                int64_t t = t0;
+                for (; t + 2 <= t1; t += 2) panel_kernel(&panel, a, r, R, t, 2, kb, n);
+                if (t < t1) panel_kernel(&panel, a, r, R, t, 1, kb, n);
+            }
+        }
+    }
+}
+
+EV_AVX2 void ev_avx2_gemm_q8_0(const ev_gemm_args *a, int64_t r0, int64_t r1) {
+    q_gemm(a, r0, r1, 0);
+}
+
+EV_AVX2 void ev_avx2_gemm_q4_0(const ev_gemm_args *a, int64_t r0, int64_t r1) {
+    q_gemm(a, r0, r1, 1);
+}
+
+#endif

@@ -1,0 +1,197 @@
+/*
+ * decoder.c - the Qwen3-VL text decoder forward pass (spec section 8).
+ *
+ *   x = embed(tokens), vision rows replacing placeholder embeddings
+ *   per layer: RMSNorm -> q,k,v -> per-head q/k RMSNorm -> interleaved MRoPE -> KV cache
+ *              -> causal GQA attention -> o -> residual -> RMSNorm -> SwiGLU -> residual
+ *              -> DeepStack rows added at the vision rows after layers 0..n_ds-1
+ *   logits of the last n_logits tokens = output(RMSNorm(x))
+ */
+#include <math.h>
+#include <string.h>
+
+#include "session.h"
+#include "util.h"
+
+/* Which MRoPE axis (0 t, 1 h, 2 w) frequency j takes its position from (interleaved). */
+static int mrope_axis(int j, const int32_t *sections) {
+    if (j % 3 == 1 && j < 3 * sections[1]) return 1;
+    if (j % 3 == 2 && j < 3 * sections[2]) return 2;
+    return 0;
+}
+
+/* cos/sin [n, hd/2] for the tokens' 3-axis positions (positions[axis * stride + i]). */
+static void rope_tables(const edgevlm_model_info *in, const int32_t *positions, int64_t stride,
+                        int64_t n, float *cos_out, float *sin_out) {
+    const int half = in->head_dim / 2;
+    for (int64_t i = 0; i < n; i++) {
+        for (int j = 0; j < half; j++) {
+            float inv = 1.0f / powf(in->rope_theta, (float)(2 * j) / (float)in->head_dim);
+            float angle = (float)positions[mrope_axis(j, in->rope_sections) * stride + i] * inv;
+            cos_out[i * half + j] = cosf(angle);
+            sin_out[i * half + j] = sinf(angle);
+        }
+    }
+}
+
+/* NeoX-style rotation of n_heads heads of one token: pairs (j, j + hd/2). */
+static void rope_apply(float *x, int n_heads, int hd, const float *c, const float *s) {
+    const int half = hd / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (int64_t)h * hd;
+        for (int j = 0; j < half; j++) {
+            float a = v[j], b = v[j + half];
+            v[j] = a * c[j] - b * s[j];
+            v[j + half] = b * c[j] + a * s[j];
+        }
+    }
+}
+
+typedef struct attn_job {
+    edgevlm_session *s;
+    int layer;
+    int64_t n;                     /* query tokens in this call */
+    int64_t first;                 /* sequence index of query 0 (= n_past before the call) */
+} attn_job;
+
+/* One (token, head) pair per item: causal attention over the cache. */
+static void attn_task(void *ctx, int64_t start, int64_t end, int tid) {
+    const attn_job *job = ctx;
+    edgevlm_session *s = job->s;
+    const edgevlm_model_info *in = &s->model->info;
+    const int hd = in->head_dim, n_head = in->n_head, group = in->n_head / in->n_head_kv;
+    const int64_t kv_row = (int64_t)in->n_head_kv * hd, n_ctx = s->params.n_ctx;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *scores = s->t.scores + (int64_t)tid * n_ctx;
+    float *acc = s->t.acc + (int64_t)tid * hd;
+    const ev_kernels *k = s->kernels;
+    const int f16 = s->kv_elem == 2;
+    const char *kc = (const char *)s->k_cache + (size_t)job->layer * n_ctx * kv_row * s->kv_elem;
+    const char *vc = (const char *)s->v_cache + (size_t)job->layer * n_ctx * kv_row * s->kv_elem;
+    for (int64_t item = start; item < end; item++) {
+        const int64_t i = item / n_head;
+        const int h = (int)(item % n_head), g = h / group;
+        const float *q = s->t.q + i * n_head * hd + (int64_t)h * hd;
+        const int64_t n_keys = job->first + i + 1;
+        float mx = -INFINITY;
+        for (int64_t t = 0; t < n_keys; t++) {
+            const char *krow = kc + ((size_t)t * kv_row + (size_t)g * hd) * s->kv_elem;
+            float sc = (f16 ? k->dot_f16_f32(hd, (const ev_fp16 *)krow, q)
+                            : k->dot_f32(hd, (const float *)krow, q)) * scale;
+            scores[t] = sc;
+            if (sc > mx) mx = sc;
+        }
+        float sum = 0.0f;
+        for (int64_t t = 0; t < n_keys; t++) {
+            scores[t] = expf(scores[t] - mx);
+            sum += scores[t];
+        }
+        const float inv = 1.0f / sum;
+        memset(acc, 0, sizeof(float) * (size_t)hd);
+        for (int64_t t = 0; t < n_keys; t++) {
+            const char *vrow = vc + ((size_t)t * kv_row + (size_t)g * hd) * s->kv_elem;
+            if (f16) k->axpy_f16_f32(hd, scores[t] * inv, (const ev_fp16 *)vrow, acc);
+            else k->axpy_f32(hd, scores[t] * inv, (const float *)vrow, acc);
+        }
+        memcpy(s->t.att + i * n_head * hd + (int64_t)h * hd, acc, sizeof(float) * (size_t)hd);
+    }
+}
+
+static void store_kv(edgevlm_session *s, int layer, int64_t n) {
+    const edgevlm_model_info *in = &s->model->info;
+    const int64_t kv_row = (int64_t)in->n_head_kv * in->head_dim, n_ctx = s->params.n_ctx;
+    const size_t base = ((size_t)layer * n_ctx + (size_t)s->n_past) * kv_row;
+    if (s->kv_elem == 4) {
+        memcpy((float *)s->k_cache + base, s->t.k, sizeof(float) * (size_t)(n * kv_row));
+        memcpy((float *)s->v_cache + base, s->t.v, sizeof(float) * (size_t)(n * kv_row));
+        return;
+    }
+    ev_fp16 *kd = (ev_fp16 *)s->k_cache + base, *vd = (ev_fp16 *)s->v_cache + base;
+    for (int64_t i = 0; i < n * kv_row; i++) {
+        kd[i] = ev_f32_to_fp16(s->t.k[i]);
+        vd[i] = ev_f32_to_fp16(s->t.v[i]);
+    }
+}
+
+static edgevlm_status embed(edgevlm_session *s, const int32_t *tokens, int64_t n,
+                            const int32_t *vision_index, const float *vision_rows,
+                            int64_t n_vision) {
+    const edgevlm_model *m = s->model;
+    const int64_t d = m->info.n_embd;
+    const int64_t row_bytes = ev_row_bytes(m->token_embd.type, d);
+    for (int64_t i = 0; i < n; i++) {
+        float *x = s->t.x + i * d;
+        int32_t r = vision_index ? vision_index[i] : -1;
+        if (r >= 0) {
+            if (r >= n_vision || !vision_rows)
+                return ev_fail(s, EDGEVLM_ERR_ARGUMENT, "vision_index[%lld] = %d, but only %lld "
+                               "vision rows were given", (long long)i, r, (long long)n_vision);
+            memcpy(x, vision_rows + (int64_t)r * d, sizeof(float) * (size_t)d);
+            continue;
+        }
+        if (tokens[i] < 0 || tokens[i] >= m->info.n_vocab)
+            return ev_fail(s, EDGEVLM_ERR_ARGUMENT, "token %d at index %lld is outside the "
+                           "vocabulary [0, %d)", tokens[i], (long long)i, m->info.n_vocab);
+        ev_row_to_f32(m->token_embd.type,
+                      (const char *)m->token_embd.data + (int64_t)tokens[i] * row_bytes, x, d);
+    }
+    return EDGEVLM_OK;
+}
+
+edgevlm_status ev_text_forward(edgevlm_session *s, const int32_t *tokens, int64_t n,
+                               const int32_t *positions, int64_t pos_stride,
+                               const int32_t *vision_index, const float *vision_rows,
+                               int64_t n_vision, const float *deepstack_rows, int32_t n_ds,
+                               float *logits_out, int64_t n_logits) {
+    const edgevlm_model *m = s->model;
+    const edgevlm_model_info *in = &m->info;
+    const int64_t d = in->n_embd, hd = in->head_dim;
+    const int64_t q_row = (int64_t)in->n_head * hd, kv_row = (int64_t)in->n_head_kv * hd;
+    ev_text_scratch *t = &s->t;
+
+    edgevlm_status st = embed(s, tokens, n, vision_index, vision_rows, n_vision);
+    if (st != EDGEVLM_OK) return st;
+    rope_tables(in, positions, pos_stride, n, t->rope_cos, t->rope_sin);
+
+    for (int l = 0; l < in->n_layer; l++) {
+        if (atomic_load(&s->cancel)) return ev_fail(s, EDGEVLM_ERR_CANCELLED, "cancelled");
+        const ev_text_layer *L = &m->layers[l];
+        ev_rmsnorm(t->xb, t->x, L->attn_norm.data, n, d, in->rms_eps);
+        ev_linear(s, &L->wq, NULL, t->xb, n, t->q);
+        ev_linear(s, &L->wk, NULL, t->xb, n, t->k);
+        ev_linear(s, &L->wv, NULL, t->xb, n, t->v);
+        ev_rmsnorm(t->q, t->q, L->q_norm.data, n * in->n_head, hd, in->rms_eps);
+        ev_rmsnorm(t->k, t->k, L->k_norm.data, n * in->n_head_kv, hd, in->rms_eps);
+        for (int64_t i = 0; i < n; i++) {
+            const float *c = t->rope_cos + i * (hd / 2), *sn = t->rope_sin + i * (hd / 2);
+            rope_apply(t->q + i * q_row, in->n_head, (int)hd, c, sn);
+            rope_apply(t->k + i * kv_row, in->n_head_kv, (int)hd, c, sn);
+        }
+        store_kv(s, l, n);
+        attn_job job = {s, l, n, s->n_past};
+        ev_pool_for(s->pool, n * in->n_head, 1, attn_task, &job);
+        ev_linear(s, &L->wo, NULL, t->att, n, t->xb);
+        ev_add(t->x, t->xb, n * d);
+
+        ev_rmsnorm(t->xb, t->x, L->ffn_norm.data, n, d, in->rms_eps);
+        ev_linear(s, &L->w_gate, NULL, t->xb, n, t->gate);
+        ev_linear(s, &L->w_up, NULL, t->xb, n, t->up);
+        ev_silu_mul(t->gate, t->up, n * in->n_ff);
+        ev_linear(s, &L->w_down, NULL, t->gate, n, t->xb);
+        ev_add(t->x, t->xb, n * d);
+
+        if (l < n_ds && deepstack_rows && vision_index) {
+            const float *ds = deepstack_rows + (int64_t)l * n_vision * d;
+            for (int64_t i = 0; i < n; i++)
+                if (vision_index[i] >= 0) ev_add(t->x + i * d, ds + (int64_t)vision_index[i] * d, d);
+        }
+    }
+    s->n_past += (int32_t)n;
+
+    if (n_logits > 0) {
+        const float *last = t->x + (n - n_logits) * d;
+        ev_rmsnorm(t->xb, last, m->output_norm.data, n_logits, d, in->rms_eps);
+        ev_linear(s, &m->output, NULL, t->xb, n_logits, logits_out);
+    }
+    return EDGEVLM_OK;
+}

@@ -1,0 +1,206 @@
+/*
+ * kernels.c - kernel-set selection, the threaded matrix product and the row operations.
+ *
+ * ev_matmul: Y[n_tok][n_out] = X[n_tok][n_in] . W[n_out][n_in]^T (+ bias).
+ *  1. For Q8_0/Q4_0 weights the activations are quantised to Q8_0 once, into scratch (tokens
+ *     split across the pool when there are several), with their scales also as float32.
+ *  2. The pool splits the output rows into one contiguous chunk per thread, in multiples of
+ *     16 rows (64 bytes of every output row: no two threads write one cache line when n_out is
+ *     a multiple of 16). Each thread streams its weight rows once per token block.
+ *  3. Within a chunk the kernel set's register-blocked gemm runs (several tokens per decoded
+ *     weight block), or, for the scalar set, vec_dot over every (token, row) pair.
+ */
+#include "kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+const ev_kernels *ev_kernels_best(void) {
+#if defined(__x86_64__)
+    const ev_kernels *k = ev_kernels_x86_avx2();
+    if (k) return k;
+#elif defined(__aarch64__)
+    const ev_kernels *k = ev_kernels_arm_neon();
+    if (k) return k;
+#endif
+    return ev_kernels_scalar();
+}
+
+/* ---- the matrix product ---------------------------------------------------------------- */
+
+#define ROW_GRAIN 16                     /* rows per chunk unit: 64 bytes of floats */
+#define SMALL_MATMUL_MACS (1 << 16)      /* below this, one thread does the whole product */
+
+typedef struct matmul_job {
+    ev_gemm_args a;
+    const ev_kernels *k;
+    int32_t wtype;
+    const float *x;                      /* float32 [n_tok][n_in] (quantisation source) */
+    ev_block_q8_0 *xq;                   /* [n_tok][n_in/32] */
+    float *xq_scale;                     /* [n_tok][n_in/32] */
+} matmul_job;
+
+static void quantize_tokens(void *ctx, int64_t t0, int64_t t1, int tid) {
+    (void)tid;
+    const matmul_job *j = ctx;
+    const int64_t nb = j->a.n_in / EV_QK;
+    for (int64_t t = t0; t < t1; t++) {
+        ev_block_q8_0 *q = j->xq + t * nb;
+        j->k->quantize_q8_0(j->x + t * j->a.n_in, q, j->a.n_in);
+        for (int64_t b = 0; b < nb; b++) j->xq_scale[t * nb + b] = ev_fp16_to_f32(q[b].d);
+    }
+}
+
+/* The reference path: one vec_dot per (token, row), rows in groups of 16 for some reuse. */
+static void generic_rows(const matmul_job *j, int64_t r0, int64_t r1) {
+    const ev_gemm_args *a = &j->a;
+    const ev_vec_dot_fn dot = j->k->vec_dot[j->wtype];
+    for (int64_t rb = r0; rb < r1; rb += ROW_GRAIN) {
+        int64_t re = rb + ROW_GRAIN < r1 ? rb + ROW_GRAIN : r1;
+        for (int64_t t = 0; t < a->n_tok; t++) {
+            for (int64_t r = rb; r < re; r++) {
+                float v;
+                dot(a->n_in, &v, a->w + r * a->w_stride, a->x + t * a->x_stride);
+                a->y[t * a->n_out + r] = v + (a->bias ? a->bias[r] : 0.0f);
+            }
+        }
+    }
+}
+
+static void matmul_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
+    (void)tid;
+    const matmul_job *j = ctx;
+    ev_gemm_fn gemm = j->k->gemm[j->wtype];
+    if (gemm) {
+        gemm(&j->a, r0, r1);
+    } else {
+        generic_rows(j, r0, r1);
+    }
+}
+
+static size_t align64(size_t n) {
+    return (n + 63) & ~(size_t)63;
+}
+
+size_t ev_matmul_scratch_bytes(int32_t wtype, int64_t n_in, int64_t n_tok) {
+    const ev_type_traits *t = ev_type_get(wtype);
+    if (!t || !t->quantized) return 0;
+    if (n_in < 0 || n_tok < 0 || n_in % EV_QK != 0) return SIZE_MAX;
+    uint64_t blocks = (uint64_t)(n_in / EV_QK);
+    if (n_tok != 0 && blocks > (uint64_t)(SIZE_MAX / 64) / (uint64_t)n_tok) return SIZE_MAX;
+    blocks *= (uint64_t)n_tok;             /* (34 + 4) bytes each plus padding, no overflow */
+    return align64((size_t)blocks * sizeof(ev_block_q8_0)) + align64((size_t)blocks * 4);
+}
+
+void ev_matmul(ev_pool *pool, const ev_kernels *k, int32_t wtype, const void *w,
+               const float *bias, int64_t n_out, int64_t n_in, const float *x, int64_t n_tok,
+               float *y, void *scratch) {
+    const ev_type_traits *t = ev_type_get(wtype);
+    if (!k || !t || !k->vec_dot[wtype] || n_out <= 0 || n_in <= 0 || n_tok <= 0 ||
+        n_in % t->block_size != 0)
+        return;                            /* the callers validate shapes at load time */
+    matmul_job j;
+    memset(&j, 0, sizeof j);
+    j.k = k;
+    j.wtype = wtype;
+    j.x = x;
+    j.a.w = w;
+    j.a.w_stride = ev_row_bytes(wtype, n_in);
+    j.a.bias = bias;
+    j.a.y = y;
+    j.a.n_out = n_out;
+    j.a.n_in = n_in;
+    j.a.n_tok = n_tok;
+    const int64_t macs = n_out * n_in * n_tok;
+    ev_pool *p = macs < SMALL_MATMUL_MACS ? NULL : pool;
+    if (t->quantized) {
+        const int64_t nb = n_in / EV_QK;
+        j.xq = scratch;                    /* [n_tok][nb] blocks, then [n_tok][nb] floats */
+        j.xq_scale = (float *)((uint8_t *)scratch +
+                               align64((size_t)(nb * n_tok) * sizeof(ev_block_q8_0)));
+        j.a.x = scratch;
+        j.a.x_stride = nb * (int64_t)sizeof(ev_block_q8_0);
+        j.a.x_scale = j.xq_scale;
+        if (n_tok > 1) {
+            ev_pool_for(p, n_tok, 1, quantize_tokens, &j);
+        } else {
+            quantize_tokens(&j, 0, 1, 0);
+        }
+    } else {
+        j.a.x = (const uint8_t *)x;
+        j.a.x_stride = n_in * (int64_t)sizeof(float);
+    }
+    ev_pool_for(p, n_out, ROW_GRAIN, matmul_rows, &j);
+}
+
+/* ---- row operations -------------------------------------------------------------------- */
+
+void ev_rmsnorm(float *out, const float *x, const float *w, int64_t n_rows, int64_t n,
+                float eps) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *xr = x + r * n;
+        float *o = out + r * n;
+        double ss = 0.0;
+        for (int64_t i = 0; i < n; i++) ss += (double)xr[i] * (double)xr[i];
+        const float inv = 1.0f / sqrtf((float)(ss / (double)n) + eps);
+        for (int64_t i = 0; i < n; i++) o[i] = w[i] * (xr[i] * inv);
+    }
+}
+
+void ev_layernorm(float *out, const float *x, const float *w, const float *b, int64_t n_rows,
+                  int64_t n, float eps) {
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *xr = x + r * n;
+        float *o = out + r * n;
+        double sum = 0.0;
+        for (int64_t i = 0; i < n; i++) sum += xr[i];
+        const double mean = sum / (double)n;
+        double var = 0.0;
+        for (int64_t i = 0; i < n; i++) var += ((double)xr[i] - mean) * ((double)xr[i] - mean);
+        const float inv = 1.0f / sqrtf((float)(var / (double)n) + eps);
+        const float m = (float)mean;
+        for (int64_t i = 0; i < n; i++) {
+            float v = (xr[i] - m) * inv;
+            o[i] = v * (w ? w[i] : 1.0f) + (b ? b[i] : 0.0f);
+        }
+    }
+}
+
+void ev_softmax(float *x, int64_t n) {
+    if (n <= 0) return;
+    float max = x[0];
+    for (int64_t i = 1; i < n; i++) max = x[i] > max ? x[i] : max;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+void ev_gelu_tanh(float *x, int64_t n) {
+    const float c = 0.7978845608028654f;   /* sqrt(2/pi) */
+    for (int64_t i = 0; i < n; i++) {
+        const float v = x[i];
+        x[i] = 0.5f * v * (1.0f + tanhf(c * (v + 0.044715f * v * v * v)));
+    }
+}
+
+void ev_gelu_erf(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+}
+
+void ev_silu_mul(float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+void ev_add(float *y, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+void ev_row_to_f32(int32_t type, const void *src, float *dst, int64_t n) {
+    const ev_type_traits *t = ev_type_get(type);
+    if (!t || n <= 0 || n % t->block_size != 0) return;
+    t->to_float(src, dst, n);
+}

@@ -1,0 +1,236 @@
+/*
+ * session.c - sessions: allocation of the KV cache and scratch, argument checks of the public
+ * entry points, prefill chunking and the single decode step.
+ */
+#include "session.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+edgevlm_status ev_fail(edgevlm_session *s, edgevlm_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->error, sizeof s->error, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+void ev_linear(edgevlm_session *s, const ev_tensor *w, const ev_tensor *b, const float *x,
+               int64_t n_tok, float *y) {
+    ev_matmul(s->pool, s->kernels, w->type, w->data, b ? (const float *)b->data : NULL, w->ne[1],
+              w->ne[0], x, n_tok, y, s->mm_scratch);
+}
+
+static size_t text_matmul_scratch_bytes(const edgevlm_model *m, int64_t n) {
+    const edgevlm_model_info *in = &m->info;
+    size_t best = ev_matmul_scratch_bytes(m->output.type, in->n_embd, n), b;
+    for (int l = 0; l < in->n_layer; l++) {
+        const ev_text_layer *L = &m->layers[l];
+        const ev_tensor *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+            b = ev_matmul_scratch_bytes(ws[i]->type, ws[i]->ne[0], n);
+            if (b > best) best = b;
+        }
+    }
+    return best;
+}
+
+void edgevlm_session_free(edgevlm_session *s) {
+    if (!s) return;
+    ev_pool_free(s->pool);
+    free(s->k_cache);
+    free(s->v_cache);
+    float **bufs[] = {&s->t.x, &s->t.xb, &s->t.q, &s->t.k, &s->t.v, &s->t.att, &s->t.gate,
+                      &s->t.up, &s->t.rope_cos, &s->t.rope_sin, &s->t.scores, &s->t.acc,
+                      &s->v.h, &s->v.y, &s->v.y2, &s->v.qkv, &s->v.att, &s->v.mlp,
+                      &s->v.merge_in, &s->v.rope_cos, &s->v.rope_sin, &s->v.scores, &s->cand_p};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i]);
+    free(s->v.pos_row);
+    free(s->v.pos_col);
+    free(s->cand_idx);
+    free(s->mm_scratch);
+    free(s);
+}
+
+/* Allocates *p = n floats; returns 0 on failure (or overflow). */
+static int alloc_f32(float **p, int64_t a, int64_t b) {
+    size_t n = ev_mul_size(ev_mul_size((size_t)a, (size_t)b), sizeof(float));
+    *p = n ? ev_alloc(n) : NULL;
+    return *p != NULL;
+}
+
+edgevlm_status edgevlm_session_new(const edgevlm_model *m, const edgevlm_session_params *p,
+                                   edgevlm_session **out, char *err, size_t err_len) {
+    if (err && err_len) err[0] = '\0';
+    if (!m || !p || !out) {
+        ev_errf(err, err_len, "edgevlm_session_new: model, params and out are required");
+        return EDGEVLM_ERR_ARGUMENT;
+    }
+    *out = NULL;
+    const edgevlm_model_info *in = &m->info;
+    if (p->n_ctx < 1 || p->n_batch < 1 || p->n_threads < 1 || p->n_threads > 256 ||
+        (p->kv_type != EDGEVLM_KV_F32 && p->kv_type != EDGEVLM_KV_F16) || p->max_patches < 0 ||
+        p->n_ctx > (1 << 24) || p->max_patches > (1 << 22)) {
+        ev_errf(err, err_len, "session parameters out of range: n_ctx %d (1..16777216), n_batch "
+                "%d (>= 1), n_threads %d (1..256), kv_type %d (0 f32, 1 f16), max_patches %d",
+                p->n_ctx, p->n_batch, p->n_threads, p->kv_type, p->max_patches);
+        return EDGEVLM_ERR_ARGUMENT;
+    }
+    if (p->max_patches > 0 && (!in->has_vision || p->max_patches % 4)) {
+        ev_errf(err, err_len, in->has_vision ? "max_patches must be a multiple of 4"
+                                             : "max_patches > 0 needs a model with an mmproj file");
+        return in->has_vision ? EDGEVLM_ERR_ARGUMENT : EDGEVLM_ERR_NO_VISION;
+    }
+    edgevlm_session *s = calloc(1, sizeof *s);
+    if (!s) { ev_errf(err, err_len, "out of memory"); return EDGEVLM_ERR_NOMEM; }
+    s->model = m;
+    s->params = *p;
+    if (s->params.n_batch > s->params.n_ctx) s->params.n_batch = s->params.n_ctx;
+    s->kernels = ev_kernels_best();
+    s->kv_elem = p->kv_type == EDGEVLM_KV_F16 ? 2 : 4;
+    atomic_init(&s->cancel, 0);
+
+    const int64_t nb = s->params.n_batch, d = in->n_embd, hd = in->head_dim;
+    const int64_t q_row = (int64_t)in->n_head * hd, kv_row = (int64_t)in->n_head_kv * hd;
+    size_t kv_bytes = ev_mul_size(ev_mul_size(ev_mul_size((size_t)in->n_layer, (size_t)p->n_ctx),
+                                              (size_t)kv_row), s->kv_elem);
+    int ok = (s->pool = ev_pool_new(p->n_threads)) != NULL && kv_bytes &&
+             (s->k_cache = ev_alloc(kv_bytes)) && (s->v_cache = ev_alloc(kv_bytes)) &&
+             alloc_f32(&s->t.x, nb, d) && alloc_f32(&s->t.xb, nb, d) &&
+             alloc_f32(&s->t.q, nb, q_row) && alloc_f32(&s->t.k, nb, kv_row) &&
+             alloc_f32(&s->t.v, nb, kv_row) && alloc_f32(&s->t.att, nb, q_row) &&
+             alloc_f32(&s->t.gate, nb, in->n_ff) && alloc_f32(&s->t.up, nb, in->n_ff) &&
+             alloc_f32(&s->t.rope_cos, nb, hd / 2) && alloc_f32(&s->t.rope_sin, nb, hd / 2) &&
+             alloc_f32(&s->t.scores, p->n_threads, p->n_ctx) &&
+             alloc_f32(&s->t.acc, p->n_threads, hd) && alloc_f32(&s->cand_p, in->n_vocab, 1) &&
+             (s->cand_idx = ev_alloc(sizeof(int32_t) * (size_t)in->n_vocab)) != NULL;
+    size_t mm = text_matmul_scratch_bytes(m, nb);
+    if (ok && p->max_patches > 0) {
+        const int64_t np = p->max_patches, c = in->v_n_embd;
+        const int64_t pp3 = 3LL * in->v_patch_size * in->v_patch_size;
+        const int64_t wide = in->v_n_ff > 4 * c ? in->v_n_ff : 4 * c;
+        s->v.max_patches = np;
+        ok = alloc_f32(&s->v.h, np, c) && alloc_f32(&s->v.y, np, c > pp3 ? c : pp3) &&
+             alloc_f32(&s->v.y2, np, pp3) && alloc_f32(&s->v.qkv, np, 3 * c) &&
+             alloc_f32(&s->v.att, np, c) && alloc_f32(&s->v.mlp, np, wide) &&
+             alloc_f32(&s->v.merge_in, np, c) &&
+             alloc_f32(&s->v.rope_cos, np, c / in->v_n_head / 2) &&
+             alloc_f32(&s->v.rope_sin, np, c / in->v_n_head / 2) &&
+             alloc_f32(&s->v.scores, p->n_threads, np) &&
+             (s->v.pos_row = ev_alloc(sizeof(int32_t) * (size_t)np)) != NULL &&
+             (s->v.pos_col = ev_alloc(sizeof(int32_t) * (size_t)np)) != NULL;
+        size_t vm = ev_vit_matmul_scratch_bytes(m, np);
+        if (vm > mm) mm = vm;
+    }
+    s->mm_scratch_bytes = mm;
+    if (ok) ok = (s->mm_scratch = ev_alloc(mm)) != NULL;
+    if (!ok) {
+        edgevlm_session_free(s);
+        ev_errf(err, err_len, "cannot allocate the session (n_ctx %d, n_batch %d, max_patches "
+                "%d): out of memory", p->n_ctx, p->n_batch, p->max_patches);
+        return EDGEVLM_ERR_NOMEM;
+    }
+    *out = s;
+    return EDGEVLM_OK;
+}
+
+const char *edgevlm_session_error(const edgevlm_session *s) {
+    return s ? s->error : "no session";
+}
+
+void edgevlm_session_cancel(edgevlm_session *s) {
+    if (s) atomic_store(&s->cancel, 1);
+}
+
+edgevlm_status edgevlm_session_set_kernels(edgevlm_session *s, int32_t mode) {
+    if (!s) return EDGEVLM_ERR_ARGUMENT;
+    if (mode == EDGEVLM_KERNELS_BEST) s->kernels = ev_kernels_best();
+    else if (mode == EDGEVLM_KERNELS_SCALAR) s->kernels = ev_kernels_scalar();
+    else return ev_fail(s, EDGEVLM_ERR_ARGUMENT, "unknown kernel mode %d", mode);
+    return EDGEVLM_OK;
+}
+
+void edgevlm_session_reset(edgevlm_session *s) {
+    if (s) s->n_past = 0;
+}
+
+int32_t edgevlm_session_n_past(const edgevlm_session *s) {
+    return s ? s->n_past : 0;
+}
+
+edgevlm_status edgevlm_encode_vision(edgevlm_session *s, const float *pixel_values,
+                                     int64_t n_patches, int32_t gt, int32_t gh, int32_t gw,
+                                     float *out_embeds, float *out_deepstack, float *out_vit) {
+    if (!s) return EDGEVLM_ERR_ARGUMENT;
+    atomic_store(&s->cancel, 0);
+    const edgevlm_model_info *in = &s->model->info;
+    if (!in->has_vision)
+        return ev_fail(s, EDGEVLM_ERR_NO_VISION, "the model was loaded without an mmproj file");
+    if (!pixel_values || !out_embeds)
+        return ev_fail(s, EDGEVLM_ERR_ARGUMENT, "pixel_values and out_embeds are required");
+    if (gt < 1 || gh < 2 || gw < 2 || gh % 2 || gw % 2 ||
+        (int64_t)gt * gh * gw != n_patches)
+        return ev_fail(s, EDGEVLM_ERR_ARGUMENT, "grid [%d, %d, %d] does not fit %lld patches "
+                       "(need t >= 1, h and w even, t*h*w == n_patches)", gt, gh, gw,
+                       (long long)n_patches);
+    if (n_patches > s->v.max_patches)
+        return ev_fail(s, EDGEVLM_ERR_ARGUMENT, "%lld patches, the session was created for at "
+                       "most %lld (max_patches)", (long long)n_patches,
+                       (long long)s->v.max_patches);
+    return ev_vision_forward(s, pixel_values, n_patches, gt, gh, gw, out_embeds, out_deepstack,
+                             out_vit);
+}
+
+edgevlm_status edgevlm_prefill(edgevlm_session *s, const int32_t *tokens, int64_t n_tokens,
+                               const int32_t *positions, const int32_t *vision_index,
+                               const float *vision_rows, int64_t n_vision,
+                               const float *deepstack_rows, int32_t n_ds, float *logits_out,
+                               int64_t n_logits) {
+    if (!s) return EDGEVLM_ERR_ARGUMENT;
+    atomic_store(&s->cancel, 0);
+    const edgevlm_model_info *in = &s->model->info;
+    if (!tokens || !positions || n_tokens < 1 || n_logits < 0 || n_logits > n_tokens ||
+        (n_logits > 0 && !logits_out) || n_vision < 0 || (n_vision > 0 && !vision_rows) ||
+        n_ds < 0 || n_ds > in->n_deepstack || (n_ds > 0 && !deepstack_rows))
+        return ev_fail(s, EDGEVLM_ERR_ARGUMENT, "edgevlm_prefill: bad arguments (n_tokens %lld, "
+                       "n_logits %lld, n_vision %lld, n_ds %d of %d)", (long long)n_tokens,
+                       (long long)n_logits, (long long)n_vision, n_ds, in->n_deepstack);
+    if ((int64_t)s->n_past + n_tokens > s->params.n_ctx)
+        return ev_fail(s, EDGEVLM_ERR_CONTEXT_FULL, "%lld tokens do not fit: %d in the cache, "
+                       "capacity %d", (long long)n_tokens, s->n_past, s->params.n_ctx);
+    const int64_t first_logit = n_tokens - n_logits, vocab = in->n_vocab;
+    for (int64_t c0 = 0; c0 < n_tokens; c0 += s->params.n_batch) {
+        int64_t n = n_tokens - c0 < s->params.n_batch ? n_tokens - c0 : s->params.n_batch;
+        int64_t l0 = c0 > first_logit ? c0 : first_logit;
+        int64_t chunk_logits = c0 + n > l0 ? c0 + n - l0 : 0;
+        float *out = chunk_logits ? logits_out + (l0 - first_logit) * vocab : NULL;
+        edgevlm_status st = ev_text_forward(s, tokens + c0, n, positions + c0, n_tokens,
+                                            vision_index ? vision_index + c0 : NULL, vision_rows,
+                                            n_vision, deepstack_rows, n_ds, out, chunk_logits);
+        if (st != EDGEVLM_OK) return st;
+    }
+    return EDGEVLM_OK;
+}
+
+edgevlm_status edgevlm_decode(edgevlm_session *s, int32_t token, int32_t position,
+                              float *logits_out) {
+    if (!s) return EDGEVLM_ERR_ARGUMENT;
+    atomic_store(&s->cancel, 0);
+    if (!logits_out) return ev_fail(s, EDGEVLM_ERR_ARGUMENT, "logits_out is required");
+    if (s->n_past + 1 > s->params.n_ctx)
+        return ev_fail(s, EDGEVLM_ERR_CONTEXT_FULL, "the KV cache is full (%d tokens)",
+                       s->params.n_ctx);
+    int32_t pos[3] = {position, position, position};
+    return ev_text_forward(s, &token, 1, pos, 1, NULL, NULL, 0, NULL, 0, logits_out, 1);
+}
+
+const char *edgevlm_build_info(void) {
+    static char info[128];
+    if (!info[0])
+        snprintf(info, sizeof info, "edgevlm core 0.1.0; kernels: %s", ev_kernels_best()->name);
+    return info;
+}

@@ -1,0 +1,94 @@
+/*
+ * session.h - one inference session: KV cache, scratch buffers, thread pool, RNG.
+ *
+ * Everything is allocated in edgevlm_session_new, sized by the session parameters; the
+ * forward passes only use these buffers. Shapes are row-major, rows first.
+ */
+#ifndef EDGEVLM_SESSION_H
+#define EDGEVLM_SESSION_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "kernels.h"
+#include "model.h"
+#include "threadpool.h"
+
+typedef struct ev_text_scratch {
+    float *x;                      /* [n_batch, n_embd] residual stream */
+    float *xb;                     /* [n_batch, n_embd] normalised input of a sublayer */
+    float *q;                      /* [n_batch, n_head * head_dim] */
+    float *k;                      /* [n_batch, n_head_kv * head_dim] */
+    float *v;                      /* [n_batch, n_head_kv * head_dim] */
+    float *att;                    /* [n_batch, n_head * head_dim] attention output */
+    float *gate;                   /* [n_batch, n_ff] */
+    float *up;                     /* [n_batch, n_ff] */
+    float *rope_cos;               /* [n_batch, head_dim / 2] */
+    float *rope_sin;               /* [n_batch, head_dim / 2] */
+    float *scores;                 /* [n_threads, n_ctx] attention probabilities */
+    float *acc;                    /* [n_threads, head_dim] f32 accumulator for f16 V */
+} ev_text_scratch;
+
+typedef struct ev_vit_scratch {
+    int64_t max_patches;           /* capacity N */
+    float *h;                      /* [N, C] residual stream */
+    float *y;                      /* [N, max(C, 768)] normalised input / patch gather */
+    float *y2;                     /* [N, 768] second temporal slice of the patch gather */
+    float *qkv;                    /* [N, 3C] */
+    float *att;                    /* [N, C] */
+    float *mlp;                    /* [N, max(FF, 4C)] (fc1 output; merger hidden [N/4, 4C]) */
+    float *merge_in;               /* [N/4, 4C] = [N, C] normalised merger input */
+    float *rope_cos;               /* [N, head_dim / 2] */
+    float *rope_sin;               /* [N, head_dim / 2] */
+    int32_t *pos_row;              /* [N] patch row (full resolution) */
+    int32_t *pos_col;              /* [N] patch column */
+    float *scores;                 /* [n_threads, N] attention probabilities */
+} ev_vit_scratch;
+
+struct edgevlm_session {
+    const edgevlm_model *model;
+    edgevlm_session_params params;
+    ev_pool *pool;
+    const ev_kernels *kernels;
+    atomic_int cancel;
+    int32_t n_past;                /* tokens in the KV cache */
+    uint64_t rng_state;
+    char error[512];
+
+    void *k_cache;                 /* [n_layer, n_ctx, n_head_kv * head_dim] f32 or f16 */
+    void *v_cache;                 /* same */
+    size_t kv_elem;                /* 4 or 2 bytes */
+
+    ev_text_scratch t;
+    ev_vit_scratch v;
+    void *mm_scratch;              /* quantised activations for ev_matmul */
+    size_t mm_scratch_bytes;
+    int32_t *cand_idx;             /* [n_vocab] sampler candidates */
+    float *cand_p;                 /* [n_vocab] */
+};
+
+/* Sets the session error message; returns st. */
+edgevlm_status ev_fail(edgevlm_session *s, edgevlm_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* y[n_tok, n_out] = x[n_tok, n_in] . W^T (+ b) with the session's pool, kernels and scratch. */
+void ev_linear(edgevlm_session *s, const ev_tensor *w, const ev_tensor *b, const float *x,
+               int64_t n_tok, float *y);
+
+/* The text forward pass (decoder.c). */
+edgevlm_status ev_text_forward(edgevlm_session *s, const int32_t *tokens, int64_t n_tokens,
+                               const int32_t *positions, int64_t pos_stride,
+                               const int32_t *vision_index, const float *vision_rows,
+                               int64_t n_vision, const float *deepstack_rows, int32_t n_ds,
+                               float *logits_out, int64_t n_logits);
+
+/* The vision forward pass (vit.c). */
+edgevlm_status ev_vision_forward(edgevlm_session *s, const float *pixel_values,
+                                 int64_t n_patches, int32_t grid_t, int32_t grid_h,
+                                 int32_t grid_w, float *out_embeds, float *out_deepstack,
+                                 float *out_vit);
+
+/* Scratch sizing for the vision encoder (vit.c); 0 when the model has no vision. */
+size_t ev_vit_matmul_scratch_bytes(const edgevlm_model *m, int64_t max_patches);
+
+#endif

@@ -1,0 +1,215 @@
+/*
+ * vit.c - the Qwen3-VL vision encoder (spec section 4): patch embedding of both temporal
+ * slices, bilinearly interpolated learned position embedding, 2-D rotary attention inside each
+ * image / temporal group, LayerNorm + tanh-GELU MLP blocks, DeepStack mergers at the tapped
+ * blocks, and the final 2x2 merger.
+ *
+ * Patches arrive in transformers' merge-block order (4 consecutive rows = one 2x2 block), so
+ * the 2x2 concatenation of the mergers is a free reshape of [N, C] into [N/4, 4C].
+ */
+#include <math.h>
+#include <string.h>
+
+#include "session.h"
+#include "util.h"
+
+size_t ev_vit_matmul_scratch_bytes(const edgevlm_model *m, int64_t n) {
+    const edgevlm_model_info *in = &m->info;
+    if (!in->has_vision || n <= 0) return 0;
+    const int64_t c = in->v_n_embd, pp3 = 3LL * in->v_patch_size * in->v_patch_size;
+    size_t best = 0, b;
+#define CONSIDER(type, n_in, n_tok) \
+    do { b = ev_matmul_scratch_bytes((type), (n_in), (n_tok)); if (b > best) best = b; } while (0)
+    CONSIDER(m->patch_w[0].type, pp3, n);
+    CONSIDER(m->patch_w[1].type, pp3, n);
+    for (int l = 0; l < in->v_n_layer; l++) {
+        const ev_vit_layer *L = &m->vlayers[l];
+        CONSIDER(L->qkv_w.type, c, n);
+        CONSIDER(L->out_w.type, c, n);
+        CONSIDER(L->up_w.type, c, n);
+        CONSIDER(L->down_w.type, in->v_n_ff, n);
+    }
+    for (int j = 0; j <= in->n_deepstack; j++) {
+        const ev_merger *mg = j < in->n_deepstack ? &m->deepstack[j] : &m->merger;
+        CONSIDER(mg->fc1_w.type, 4 * c, n / 4);
+        CONSIDER(mg->fc2_w.type, 4 * c, n / 4);
+    }
+#undef CONSIDER
+    return best;
+}
+
+/* Patch coordinates (full-resolution row/col) of every row, merge-block order, per group. */
+static void patch_coords(ev_vit_scratch *v, int32_t gt, int32_t gh, int32_t gw) {
+    const int64_t per_group = (int64_t)gh * gw;
+    const int32_t blocks_w = gw / 2;
+    for (int64_t r = 0; r < gt * per_group; r++) {
+        int64_t local = r % per_group, block = local / 4, within = local % 4;
+        v->pos_row[r] = (int32_t)((block / blocks_w) * 2 + within / 2);
+        v->pos_col[r] = (int32_t)((block % blocks_w) * 2 + within % 2);
+    }
+}
+
+/* h[r] += bilinear(pos_embd, row, col) with align_corners=True, computed in float32. */
+static void add_position_embedding(const edgevlm_model *m, ev_vit_scratch *v, int64_t n,
+                                   int32_t gh, int32_t gw) {
+    const int64_t c = m->info.v_n_embd, side = m->info.v_pos_side;
+    const float *table = m->pos_embd.data;
+    for (int64_t r = 0; r < n; r++) {
+        float sr = gh > 1 ? (float)v->pos_row[r] * (float)(side - 1) / (float)(gh - 1) : 0.0f;
+        float sc = gw > 1 ? (float)v->pos_col[r] * (float)(side - 1) / (float)(gw - 1) : 0.0f;
+        int64_t r0 = (int64_t)floorf(sr), c0 = (int64_t)floorf(sc);
+        int64_t r1 = r0 + 1 < side ? r0 + 1 : side - 1, c1 = c0 + 1 < side ? c0 + 1 : side - 1;
+        float dr = sr - (float)r0, dc = sc - (float)c0;
+        float w00 = (1 - dr) * (1 - dc), w01 = (1 - dr) * dc, w10 = dr * (1 - dc), w11 = dr * dc;
+        const float *t00 = table + (r0 * side + c0) * c, *t01 = table + (r0 * side + c1) * c;
+        const float *t10 = table + (r1 * side + c0) * c, *t11 = table + (r1 * side + c1) * c;
+        float *h = v->h + r * c;
+        for (int64_t k = 0; k < c; k++)
+            h[k] += w00 * t00[k] + w01 * t01[k] + w10 * t10[k] + w11 * t11[k];
+    }
+}
+
+/* cos/sin [n, hd/2]: first hd/4 frequencies rotate by the patch row, the next hd/4 by the
+ * column (theta from the file, 10000 by default). */
+static void vit_rope_tables(const edgevlm_model_info *in, ev_vit_scratch *v, int64_t n) {
+    const int hd = in->v_n_embd / in->v_n_head, half = hd / 2, q4 = hd / 4;
+    for (int64_t r = 0; r < n; r++) {
+        for (int i = 0; i < half; i++) {
+            int j = i < q4 ? i : i - q4;
+            float inv = 1.0f / powf(in->v_rope_theta, (float)(2 * j) / (float)half);
+            float angle = (float)(i < q4 ? v->pos_row[r] : v->pos_col[r]) * inv;
+            v->rope_cos[r * half + i] = cosf(angle);
+            v->rope_sin[r * half + i] = sinf(angle);
+        }
+    }
+}
+
+static void vit_rope_apply(const edgevlm_model_info *in, ev_vit_scratch *v, int64_t n) {
+    const int64_t c = in->v_n_embd;
+    const int hd = (int)(c / in->v_n_head), half = hd / 2;
+    for (int64_t r = 0; r < n; r++) {
+        const float *cs = v->rope_cos + r * half, *sn = v->rope_sin + r * half;
+        for (int part = 0; part < 2; part++) {          /* q then k */
+            float *base = v->qkv + r * 3 * c + part * c;
+            for (int h = 0; h < in->v_n_head; h++) {
+                float *x = base + (int64_t)h * hd;
+                for (int i = 0; i < half; i++) {
+                    float a = x[i], b = x[i + half];
+                    x[i] = a * cs[i] - b * sn[i];
+                    x[i + half] = b * cs[i] + a * sn[i];
+                }
+            }
+        }
+    }
+}
+
+typedef struct vit_attn_job {
+    edgevlm_session *s;
+    int64_t segment;               /* patches per attention segment (one temporal group) */
+} vit_attn_job;
+
+/* One (patch, head) pair per item: full attention inside the patch's segment. */
+static void vit_attn_task(void *ctx, int64_t start, int64_t end, int tid) {
+    const vit_attn_job *job = ctx;
+    edgevlm_session *s = job->s;
+    const edgevlm_model_info *in = &s->model->info;
+    const int64_t c = in->v_n_embd, heads = in->v_n_head, hd = c / heads;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *scores = s->v.scores + (int64_t)tid * s->v.max_patches;
+    const ev_kernels *k = s->kernels;
+    for (int64_t item = start; item < end; item++) {
+        const int64_t r = item / heads, h = item % heads;
+        const int64_t seg0 = (r / job->segment) * job->segment;
+        const float *q = s->v.qkv + r * 3 * c + h * hd;
+        float mx = -INFINITY;
+        for (int64_t t = 0; t < job->segment; t++) {
+            float sc = k->dot_f32(hd, s->v.qkv + (seg0 + t) * 3 * c + c + h * hd, q) * scale;
+            scores[t] = sc;
+            if (sc > mx) mx = sc;
+        }
+        float sum = 0.0f;
+        for (int64_t t = 0; t < job->segment; t++) {
+            scores[t] = expf(scores[t] - mx);
+            sum += scores[t];
+        }
+        const float inv = 1.0f / sum;
+        float *out = s->v.att + r * c + h * hd;
+        memset(out, 0, sizeof(float) * (size_t)hd);
+        for (int64_t t = 0; t < job->segment; t++)
+            k->axpy_f32(hd, scores[t] * inv, s->v.qkv + (seg0 + t) * 3 * c + 2 * c + h * hd, out);
+    }
+}
+
+/* A merger: [N, C] rows -> [N/4, n_embd]. The DeepStack form normalises after the 2x2
+ * concat (over 4C), the final form before it (over C). */
+static void run_merger(edgevlm_session *s, const ev_merger *mg, const float *h, int64_t n,
+                       float *out) {
+    const edgevlm_model_info *in = &s->model->info;
+    const int64_t c = in->v_n_embd;
+    ev_vit_scratch *v = &s->v;
+    if (mg->post_shuffle_norm)
+        ev_layernorm(v->merge_in, h, mg->norm_w.data, mg->norm_b.data, n / 4, 4 * c, in->v_eps);
+    else
+        ev_layernorm(v->merge_in, h, mg->norm_w.data, mg->norm_b.data, n, c, in->v_eps);
+    ev_linear(s, &mg->fc1_w, &mg->fc1_b, v->merge_in, n / 4, v->mlp);
+    ev_gelu_erf(v->mlp, n / 4 * 4 * c);
+    ev_linear(s, &mg->fc2_w, &mg->fc2_b, v->mlp, n / 4, out);
+}
+
+static void patch_embed(edgevlm_session *s, const float *pixels, int64_t n) {
+    const edgevlm_model *m = s->model;
+    const int64_t pp = (int64_t)m->info.v_patch_size * m->info.v_patch_size;
+    const int64_t c = m->info.v_n_embd;
+    ev_vit_scratch *v = &s->v;
+    /* pixel columns are (channel, t, py, px): gather each temporal slice as (channel, py, px) */
+    for (int64_t r = 0; r < n; r++) {
+        const float *src = pixels + r * 6 * pp;
+        for (int ch = 0; ch < 3; ch++) {
+            memcpy(v->y + r * 3 * pp + ch * pp, src + (2 * ch + 0) * pp, sizeof(float) * (size_t)pp);
+            memcpy(v->y2 + r * 3 * pp + ch * pp, src + (2 * ch + 1) * pp, sizeof(float) * (size_t)pp);
+        }
+    }
+    ev_linear(s, &m->patch_w[0], &m->patch_b, v->y, n, v->h);
+    ev_linear(s, &m->patch_w[1], NULL, v->y2, n, v->att);
+    ev_add(v->h, v->att, n * c);
+}
+
+edgevlm_status ev_vision_forward(edgevlm_session *s, const float *pixel_values, int64_t n,
+                                 int32_t gt, int32_t gh, int32_t gw, float *out_embeds,
+                                 float *out_deepstack, float *out_vit) {
+    const edgevlm_model *m = s->model;
+    const edgevlm_model_info *in = &m->info;
+    const int64_t c = in->v_n_embd, d = in->n_embd;
+    ev_vit_scratch *v = &s->v;
+
+    patch_embed(s, pixel_values, n);
+    patch_coords(v, gt, gh, gw);
+    add_position_embedding(m, v, n, gh, gw);
+    vit_rope_tables(in, v, n);
+
+    int tap = 0;
+    for (int l = 0; l < in->v_n_layer; l++) {
+        if (atomic_load(&s->cancel)) return ev_fail(s, EDGEVLM_ERR_CANCELLED, "cancelled");
+        const ev_vit_layer *L = &m->vlayers[l];
+        ev_layernorm(v->y, v->h, L->ln1_w.data, L->ln1_b.data, n, c, in->v_eps);
+        ev_linear(s, &L->qkv_w, &L->qkv_b, v->y, n, v->qkv);
+        vit_rope_apply(in, v, n);
+        vit_attn_job job = {s, (int64_t)gh * gw};
+        ev_pool_for(s->pool, n * in->v_n_head, 1, vit_attn_task, &job);
+        ev_linear(s, &L->out_w, &L->out_b, v->att, n, v->y);
+        ev_add(v->h, v->y, n * c);
+        ev_layernorm(v->y, v->h, L->ln2_w.data, L->ln2_b.data, n, c, in->v_eps);
+        ev_linear(s, &L->up_w, &L->up_b, v->y, n, v->mlp);
+        ev_gelu_tanh(v->mlp, n * in->v_n_ff);
+        ev_linear(s, &L->down_w, &L->down_b, v->mlp, n, v->y);
+        ev_add(v->h, v->y, n * c);
+        if (tap < in->n_deepstack && in->v_deepstack_layers[tap] == l) {
+            if (out_deepstack)
+                run_merger(s, &m->deepstack[tap], v->h, n, out_deepstack + (int64_t)tap * (n / 4) * d);
+            tap++;
+        }
+    }
+    if (out_vit) memcpy(out_vit, v->h, sizeof(float) * (size_t)(n * c));
+    run_merger(s, &m->merger, v->h, n, out_embeds);
+    return EDGEVLM_OK;
+}

@@ -1,0 +1,372 @@
+/* test_kernels.c - the SIMD kernel set against the scalar reference, ev_matmul (both sets,
+ * 1 and 3 threads, every weight type, with and without bias) against a double-precision
+ * dequantise-then-multiply, and the row operations against their closed forms.
+ *
+ * Tolerances: float sums are reordered (8 lanes, several accumulators, horizontal adds), so a
+ * result may differ by a few units of float rounding per term: we allow
+ * (terms + 32) * 2^-23 * sum|w_i x_i|, a bound on the error of any summation order of the
+ * (exactly computed or once-rounded) products. Integer block sums are exact in every set. */
+#include <stdint.h>
+
+#include "kernels.h"
+#include "test_util.h"
+
+static unsigned long long seed = 12345;
+
+/* every SIMD set this machine can run: the best one, and on aarch64 also plain NEON */
+static int simd_sets(const ev_kernels *out[2]) {
+    int n = 0;
+    out[n++] = ev_kernels_best();
+#if defined(__aarch64__)
+    if (ev_kernels_arm_neon_plain() != out[0]) out[n++] = ev_kernels_arm_neon_plain();
+#endif
+    return n;
+}
+
+static void fill(float *x, int64_t n, float scale) {
+    for (int64_t i = 0; i < n; i++) x[i] = tu_randf(&seed) * scale;
+}
+
+/* Random weight rows of any type: [rows][n] floats quantised/converted into w. */
+static void make_weights(int32_t type, void *w, int64_t rows, int64_t n) {
+    float *tmp = malloc((size_t)n * sizeof(float));
+    uint8_t *p = w;
+    const int64_t rb = ev_row_bytes(type, n);
+    for (int64_t r = 0; r < rows; r++, p += rb) {
+        fill(tmp, n, 1.0f + (float)(r % 7));
+        switch (type) {
+        case EV_TYPE_F32: memcpy(p, tmp, (size_t)n * 4); break;
+        case EV_TYPE_F16: for (int64_t i = 0; i < n; i++) ((ev_fp16 *)p)[i] = ev_f32_to_fp16(tmp[i]); break;
+        case EV_TYPE_BF16: for (int64_t i = 0; i < n; i++) ((ev_bf16 *)p)[i] = ev_f32_to_bf16(tmp[i]); break;
+        case EV_TYPE_Q8_0: ev_quantize_row_q8_0(tmp, (ev_block_q8_0 *)p, n); break;
+        case EV_TYPE_Q4_0: ev_quantize_row_q4_0(tmp, (ev_block_q4_0 *)p, n); break;
+        }
+    }
+    free(tmp);
+}
+
+static const int32_t TYPES[5] = {EV_TYPE_F32, EV_TYPE_F16, EV_TYPE_BF16, EV_TYPE_Q8_0, EV_TYPE_Q4_0};
+
+/* exact value and error scale (sum |w x|) of one row dot, in double, from dequantised rows */
+static void ref_dot(int32_t type, const void *w, const void *x, int64_t n, double *val, double *mag) {
+    float *wf = malloc((size_t)n * sizeof(float)), *xf = malloc((size_t)n * sizeof(float));
+    ev_row_to_f32(type, w, wf, n);
+    ev_row_to_f32(ev_type_get(type)->quantized ? EV_TYPE_Q8_0 : EV_TYPE_F32, x, xf, n);
+    double v = 0, m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        v += (double)wf[i] * xf[i];
+        m += fabs((double)wf[i] * xf[i]);
+    }
+    *val = v;
+    *mag = m;
+    free(wf);
+    free(xf);
+}
+
+static double tol_for(int64_t terms, double mag) {
+    return ((double)terms + 32.0) * ldexp(1.0, -23) * mag + 1e-30;
+}
+
+static void vec_dot_simd_vs_scalar(const ev_kernels *k) {
+    const ev_kernels *s = ev_kernels_scalar();
+    printf("kernel set under test: %s\n", k->name);
+    const int64_t sizes[] = {1, 3, 7, 8, 9, 15, 31, 32, 33, 64, 96, 100, 1000, 1024, 1027, 4096, 6144};
+    for (int ti = 0; ti < 5; ti++) {
+        int32_t type = TYPES[ti];
+        const ev_type_traits *tr = ev_type_get(type);
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+            int64_t n = sizes[si];
+            if (n % tr->block_size) continue;
+            void *w = malloc((size_t)ev_row_bytes(type, n));
+            float *xf = malloc((size_t)n * sizeof(float));
+            void *xq = malloc((size_t)(n / 32 + 1) * sizeof(ev_block_q8_0));
+            int bad = 0;
+            for (int rep = 0; rep < 20; rep++) {
+                make_weights(type, w, 1, n);
+                fill(xf, n, 3.0f);
+                const void *x = xf;
+                if (tr->quantized) {
+                    ev_quantize_row_q8_0(xf, xq, n);
+                    x = xq;
+                }
+                float a, b;
+                double val, mag;
+                s->vec_dot[type](n, &a, w, x);
+                k->vec_dot[type](n, &b, w, x);
+                ref_dot(type, w, x, n, &val, &mag);
+                if (fabs(a - val) > tol_for(n, mag) || fabs(b - val) > tol_for(n, mag)) bad++;
+            }
+            CHECK_MSG(bad == 0, "%s vec_dot %s n=%lld: %d of 20 off", k->name, tr->name,
+                      (long long)n, bad);
+            free(w);
+            free(xf);
+            free(xq);
+        }
+    }
+}
+
+static void vec_dot_detects_single_element(const ev_kernels *k) {
+    /* every position of a SIMD row counts (a kernel skipping a lane or the tail fails) */
+    int bad = 0;
+    for (int64_t n = 1; n <= 40; n++) {
+        for (int64_t pos = 0; pos < n; pos++) {
+            float w[40] = {0}, x[40] = {0}, out;
+            ev_fp16 wh[40] = {0};
+            ev_bf16 wb[40] = {0};
+            w[pos] = 3.0f;
+            wh[pos] = ev_f32_to_fp16(3.0f);
+            wb[pos] = ev_f32_to_bf16(3.0f);
+            x[pos] = -2.0f;
+            k->vec_dot[EV_TYPE_F32](n, &out, w, x);
+            bad += out != -6.0f;
+            k->vec_dot[EV_TYPE_F16](n, &out, wh, x);
+            bad += out != -6.0f;
+            k->vec_dot[EV_TYPE_BF16](n, &out, wb, x);
+            bad += out != -6.0f;
+            bad += k->dot_f32(n, w, x) != -6.0f || k->dot_f16_f32(n, wh, x) != -6.0f;
+        }
+    }
+    CHECK_MSG(bad == 0, "%d single-element dots wrong", bad);
+}
+
+static void fp16_simd_conversion_exhaustive(const ev_kernels *k) {
+    /* the SIMD F16 load (F16C / NEON) converts every finite half exactly */
+    int bad = 0;
+    float x[8] = {1, 0, 0, 0, 0, 0, 0, 0};
+    for (uint32_t h = 0; h < 65536; h++) {
+        if (((h >> 10) & 31) == 31) continue;
+        ev_fp16 w[8] = {(ev_fp16)h, 0, 0, 0, 0, 0, 0, 0};
+        float out;
+        k->vec_dot[EV_TYPE_F16](8, &out, w, x);
+        bad += out != ev_fp16_to_f32((ev_fp16)h);
+    }
+    CHECK_MSG(bad == 0, "%d halves converted wrongly by %s", bad, k->name);
+}
+
+static void axpy_and_attention_dots(const ev_kernels *k) {
+    const ev_kernels *s = ev_kernels_scalar();
+    int bad = 0;
+    for (int64_t n = 1; n <= 300; n += 7) {
+        float x[300], y0[300], y1[300], b[300];
+        ev_fp16 xh[300];
+        fill(x, n, 2.0f);
+        fill(b, n, 2.0f);
+        fill(y0, n, 1.0f);
+        memcpy(y1, y0, sizeof y0);
+        for (int64_t i = 0; i < n; i++) xh[i] = ev_f32_to_fp16(x[i]);
+        s->axpy_f32(n, 0.37f, x, y0);
+        k->axpy_f32(n, 0.37f, x, y1);
+        s->axpy_f16_f32(n, -1.5f, xh, y0);
+        k->axpy_f16_f32(n, -1.5f, xh, y1);
+        for (int64_t i = 0; i < n; i++) bad += fabsf(y0[i] - y1[i]) > 4e-6f * (1 + fabsf(y0[i]));
+        double mag = 0;
+        for (int64_t i = 0; i < n; i++) mag += fabs((double)x[i] * b[i]);
+        bad += fabs(s->dot_f32(n, x, b) - k->dot_f32(n, x, b)) > 2 * tol_for(n, mag);
+        bad += fabs(s->dot_f16_f32(n, xh, b) - k->dot_f16_f32(n, xh, b)) > 2 * tol_for(n, mag * 1.01);
+    }
+    CHECK_MSG(bad == 0, "%s: %d axpy/dot results off", k->name, bad);
+}
+
+static void test_simd_sets_against_scalar(void) {
+    const ev_kernels *sets[2];
+    int n = simd_sets(sets);
+    for (int i = 0; i < n; i++) {
+        vec_dot_simd_vs_scalar(sets[i]);
+        vec_dot_detects_single_element(sets[i]);
+        fp16_simd_conversion_exhaustive(sets[i]);
+        axpy_and_attention_dots(sets[i]);
+    }
+}
+
+/* ---- ev_matmul ------------------------------------------------------------------------- */
+
+static int check_matmul(ev_pool *pool, const ev_kernels *k, int32_t type, int64_t n_out,
+                        int64_t n_in, int64_t n_tok, int with_bias) {
+    const int64_t rb = ev_row_bytes(type, n_in);
+    uint8_t *w = malloc((size_t)(rb * n_out));
+    float *x = malloc((size_t)(n_in * n_tok) * 4), *y = malloc((size_t)(n_out * n_tok) * 4);
+    float *bias = malloc((size_t)n_out * 4), *wf = malloc((size_t)n_in * 4);
+    float *xf = malloc((size_t)n_in * 4);
+    ev_block_q8_0 *xq = malloc((size_t)(n_in / 32 + 1) * sizeof(ev_block_q8_0));
+    size_t sb = ev_matmul_scratch_bytes(type, n_in, n_tok);
+    void *scratch = sb ? aligned_alloc(64, (sb + 63) / 64 * 64) : NULL;
+    make_weights(type, w, n_out, n_in);
+    fill(x, n_in * n_tok, 2.0f);
+    fill(bias, n_out, 1.0f);
+    for (int64_t i = 0; i < n_out * n_tok; i++) y[i] = NAN;     /* every output is written */
+    ev_matmul(pool, k, type, w, with_bias ? bias : NULL, n_out, n_in, x, n_tok, y, scratch);
+    int bad = 0;
+    const int quant = ev_type_get(type)->quantized;
+    for (int64_t t = 0; t < n_tok; t++) {
+        /* the reference multiplies what the kernel multiplies: for quantised weights the
+         * activations after Q8_0 quantisation (a separate loose check below covers that) */
+        if (quant) {
+            ev_quantize_row_q8_0(x + t * n_in, xq, n_in);
+            ev_row_to_f32(EV_TYPE_Q8_0, xq, xf, n_in);
+        } else {
+            memcpy(xf, x + t * n_in, (size_t)n_in * 4);
+        }
+        for (int64_t r = 0; r < n_out; r++) {
+            ev_row_to_f32(type, w + r * rb, wf, n_in);
+            double v = with_bias ? bias[r] : 0.0, mag = fabs(v), raw = v;
+            for (int64_t i = 0; i < n_in; i++) {
+                v += (double)wf[i] * xf[i];
+                raw += (double)wf[i] * x[t * n_in + i];
+                mag += fabs((double)wf[i] * xf[i]);
+            }
+            double got = y[t * n_out + r];
+            if (!(fabs(got - v) <= tol_for(n_in, mag))) {
+                if (bad++ < 3)
+                    fprintf(stderr, "  y[%lld][%lld] = %.9g, want %.9g\n", (long long)t,
+                            (long long)r, got, v);
+            }
+            /* activation quantisation error: at most d/2 = amax/254 per element */
+            if (quant && !(fabs(got - raw) <= mag / 100.0 + 1e-3)) bad++;
+        }
+    }
+    free(w); free(x); free(y); free(bias); free(wf); free(xf); free(xq); free(scratch);
+    return bad;
+}
+
+static void test_matmul_against_double_reference(void) {
+    const ev_kernels *sets[3] = {ev_kernels_scalar()};
+    const int n_sets = 1 + simd_sets(sets + 1);
+    ev_pool *pools[2] = {ev_pool_new(1), ev_pool_new(3)};
+    CHECK(pools[0] && pools[1]);
+    const int64_t toks[] = {1, 3, 17, 64};
+    const struct { int64_t n_out, n_in; } shapes[] = {
+        {1, 32}, {5, 64}, {37, 96}, {64, 256}, {130, 2112}, {20, 6144}};
+    for (int si = 0; si < n_sets; si++) {
+        for (int pi = 0; pi < 2; pi++) {
+            for (int ti = 0; ti < 5; ti++) {
+                for (size_t hi = 0; hi < sizeof shapes / sizeof shapes[0]; hi++) {
+                    for (int ki = 0; ki < 4; ki++) {
+                        int64_t n_tok = toks[ki];
+                        if (shapes[hi].n_in * shapes[hi].n_out * n_tok > 4000000 && si == 0)
+                            continue;   /* the scalar set is slow; big shapes run once below */
+                        int bias = (int)((hi + ki) & 1);
+                        int bad = check_matmul(pools[pi], sets[si], TYPES[ti], shapes[hi].n_out,
+                                               shapes[hi].n_in, n_tok, bias);
+                        CHECK_MSG(bad == 0, "matmul %s %s threads=%d %lldx%lld n_tok=%lld bias=%d: %d off",
+                                  sets[si]->name, ev_type_get(TYPES[ti])->name,
+                                  ev_pool_n_threads(pools[pi]), (long long)shapes[hi].n_out,
+                                  (long long)shapes[hi].n_in, (long long)n_tok, bias, bad);
+                    }
+                }
+            }
+        }
+    }
+    /* float weights with n_in not a multiple of the SIMD width */
+    for (int ti = 0; ti < 3; ti++) {
+        int bad = check_matmul(pools[1], sets[1], TYPES[ti], 23, 37, 17, 1) +
+                  check_matmul(pools[1], sets[1], TYPES[ti], 9, 1001, 5, 0) +
+                  check_matmul(pools[0], sets[0], TYPES[ti], 9, 1001, 5, 0);
+        CHECK_MSG(bad == 0, "matmul %s odd n_in: %d off", ev_type_get(TYPES[ti])->name, bad);
+    }
+    CHECK(check_matmul(pools[1], sets[0], EV_TYPE_Q4_0, 20, 6144, 17, 1) == 0);
+    ev_pool_free(pools[0]);
+    ev_pool_free(pools[1]);
+}
+
+static void test_matmul_sets_agree_and_null_pool(void) {
+    /* scalar and SIMD on the same data agree; a NULL pool runs on the caller */
+    for (int ti = 0; ti < 5; ti++) {
+        int32_t type = TYPES[ti];
+        const int64_t n_out = 48, n_in = 512, n_tok = 9;
+        uint8_t *w = malloc((size_t)(ev_row_bytes(type, n_in) * n_out));
+        float x[512 * 9], y0[48 * 9], y1[48 * 9];
+        make_weights(type, w, n_out, n_in);
+        fill(x, n_in * n_tok, 1.0f);
+        size_t sb = ev_matmul_scratch_bytes(type, n_in, n_tok);
+        void *scratch = sb ? aligned_alloc(64, (sb + 63) / 64 * 64) : NULL;
+        ev_matmul(NULL, ev_kernels_scalar(), type, w, NULL, n_out, n_in, x, n_tok, y0, scratch);
+        ev_matmul(NULL, ev_kernels_best(), type, w, NULL, n_out, n_in, x, n_tok, y1, scratch);
+        int bad = 0;
+        for (int i = 0; i < n_out * n_tok; i++) bad += fabsf(y0[i] - y1[i]) > 1e-3f;
+        CHECK_MSG(bad == 0, "%s: scalar and %s differ in %d outputs", ev_type_get(type)->name,
+                  ev_kernels_best()->name, bad);
+        free(w);
+        free(scratch);
+    }
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_F32, 4096, 512) == 0);
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q8_0, 4096, 512) >= 128 * 512 * 38);
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q4_0, 33, 1) == SIZE_MAX);
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q8_0, INT64_MAX / 64 * 32, 1 << 30) == SIZE_MAX);
+}
+
+/* ---- row operations -------------------------------------------------------------------- */
+
+static void test_rmsnorm_closed_form(void) {
+    float x[4] = {3, 4, -1, 0}, w[4] = {1, 2, 0.5f, 1}, out[4];
+    ev_rmsnorm(out, x, w, 1, 4, 1e-6f);
+    double inv = 1.0 / sqrt((9 + 16 + 1) / 4.0 + 1e-6);
+    for (int i = 0; i < 4; i++) CHECK_NEAR(out[i], x[i] * inv * w[i], 1e-6);
+    float rows[6] = {1, 1, 1, 2, 2, 2}, w3[3] = {1, 1, 1};
+    ev_rmsnorm(rows, rows, w3, 2, 3, 0.0f);                   /* in place, two rows */
+    for (int i = 0; i < 6; i++) CHECK_NEAR(rows[i], 1.0, 1e-6);
+    float z[3] = {0, 0, 0};
+    ev_rmsnorm(z, z, w3, 1, 3, 1e-6f);                        /* eps keeps zeros finite */
+    CHECK(z[0] == 0.0f && z[2] == 0.0f);
+}
+
+static void test_layernorm_closed_form(void) {
+    float x[4] = {1, 2, 3, 4}, w[4] = {1, 1, 2, 1}, b[4] = {0, 0, 0, 10}, out[4];
+    ev_layernorm(out, x, w, b, 1, 4, 1e-5f);
+    double inv = 1.0 / sqrt(1.25 + 1e-5);                      /* mean 2.5, biased var 1.25 */
+    CHECK_NEAR(out[0], -1.5 * inv, 1e-6);
+    CHECK_NEAR(out[2], 2 * 0.5 * inv, 1e-6);
+    CHECK_NEAR(out[3], 1.5 * inv + 10, 1e-5);
+    float big[3] = {1e4f + 1, 1e4f + 2, 1e4f + 3}, w3[3] = {1, 1, 1}, b3[3] = {0, 0, 0};
+    ev_layernorm(big, big, w3, b3, 1, 3, 0.0f);               /* large mean, in place */
+    CHECK_NEAR(big[0], -sqrt(1.5), 1e-4);
+    CHECK_NEAR(big[2], sqrt(1.5), 1e-4);
+}
+
+static void test_softmax_closed_form(void) {
+    float x[3] = {1000, 1001, 1002};                          /* no overflow: max-subtracted */
+    ev_softmax(x, 3);
+    double e = exp(1.0), s = 1 + e + e * e;
+    CHECK_NEAR(x[0], 1 / s, 1e-7);
+    CHECK_NEAR(x[2], e * e / s, 1e-7);
+    float y[5] = {-INFINITY, 0, 0, 0, 0};                     /* masked entry gets 0 */
+    ev_softmax(y, 5);
+    CHECK(y[0] == 0.0f);
+    CHECK_NEAR(y[1], 0.25, 1e-7);
+}
+
+static void test_activations_closed_form(void) {
+    const float pts[] = {-10, -3, -1, -0.5f, 0, 0.1f, 0.5f, 1, 2, 3, 10};
+    const int n = (int)(sizeof pts / sizeof pts[0]);
+    float a[11], b[11], g[11], up[11];
+    memcpy(a, pts, sizeof pts);
+    memcpy(b, pts, sizeof pts);
+    memcpy(g, pts, sizeof pts);
+    for (int i = 0; i < n; i++) up[i] = 0.5f + i;
+    ev_gelu_tanh(a, n);
+    ev_gelu_erf(b, n);
+    ev_silu_mul(g, up, n);
+    for (int i = 0; i < n; i++) {
+        double v = pts[i];
+        double gt = 0.5 * v * (1 + tanh(sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+        double ge = 0.5 * v * (1 + erf(v / sqrt(2.0)));
+        double sm = v / (1 + exp(-v)) * up[i];
+        CHECK_NEAR(a[i], gt, 2e-6 * (1 + fabs(gt)));
+        CHECK_NEAR(b[i], ge, 2e-6 * (1 + fabs(ge)));
+        CHECK_NEAR(g[i], sm, 2e-6 * (1 + fabs(sm)));
+    }
+    CHECK_NEAR(a[8] - b[8], 0.5 * 2 * (tanh(sqrt(2 / M_PI) * (2 + 0.044715 * 8)) - erf(sqrt(2.0))), 1e-6);
+    float y[5] = {1, 2, 3, 4, 5}, x[5] = {5, 4, 3, 2, 1};
+    ev_add(y, x, 5);
+    for (int i = 0; i < 5; i++) CHECK(y[i] == 6.0f);
+}
+
+int main(void) {
+    test_simd_sets_against_scalar();
+    test_matmul_against_double_reference();
+    test_matmul_sets_agree_and_null_pool();
+    test_rmsnorm_closed_form();
+    test_layernorm_closed_form();
+    test_softmax_closed_form();
+    test_activations_closed_form();
+    return tu_report("test_kernels");
+}
