@@ -23,6 +23,10 @@ command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 if [ "$PROFILE" = "test" ]; then
   command -v make >/dev/null 2>&1 || need+=(make)
   command -v clang >/dev/null 2>&1 || need+=(clang)
+  if [ "$(uname -m)" = "x86_64" ]; then  # the NEON kernels are tested under qemu-user
+    command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || need+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+    command -v qemu-aarch64 >/dev/null 2>&1 || need+=(qemu-user)
+  fi
 fi
 [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
 

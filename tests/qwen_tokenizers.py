@@ -32,21 +32,10 @@ from tokenizers import (
 from tokenizers import models as tk_models
 from tokenizers import trainers as tk_trainers
 
+from edgevlm.tokenizer import QWEN_ADDED_TOKENS
 from edgevlm.tokenizer_gguf import QWEN2_PATTERN
 
-# The 26 tokens Qwen3 adds after its BPE vocabulary, in id order, with the "special" flag of
-# the official tokenizer_config.json.
-ADDED_TOKENS: tuple[tuple[str, bool], ...] = (
-    ("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True),
-    ("<|object_ref_start|>", True), ("<|object_ref_end|>", True), ("<|box_start|>", True),
-    ("<|box_end|>", True), ("<|quad_start|>", True), ("<|quad_end|>", True),
-    ("<|vision_start|>", True), ("<|vision_end|>", True), ("<|vision_pad|>", True),
-    ("<|image_pad|>", True), ("<|video_pad|>", True), ("<tool_call>", False),
-    ("</tool_call>", False), ("<|fim_prefix|>", False), ("<|fim_middle|>", False),
-    ("<|fim_suffix|>", False), ("<|fim_pad|>", False), ("<|repo_name|>", False),
-    ("<|file_sep|>", False), ("<tool_response>", False), ("</tool_response>", False),
-    ("<think>", False), ("</think>", False),
-)
+ADDED_TOKENS = QWEN_ADDED_TOKENS  # name, special flag; edgevlm.tokenizer owns the list
 QWEN_BPE_SIZE = 151643
 QWEN_EMBEDDING_ROWS = 151936
 

@@ -63,6 +63,7 @@ from tokenizers import models as tokenizer_models
 from tokenizers import trainers as bpe_trainers
 from transformers import GenerationConfig, Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
+from edgevlm.tokenizer import QWEN_ADDED_TOKENS
 from edgevlm.tokenizer_gguf import QWEN2_PATTERN  # Qwen2's pre-tokenisation regex
 
 logger = logging.getLogger("make_tiny_models")
@@ -71,19 +72,7 @@ DEFAULT_OUT = Path("tests/fixtures/models")
 
 # --------------------------------------------------------------------------- tokenizer
 
-# The 26 tokens Qwen3 adds after its BPE vocabulary, in id order, with their "special" flag
-# (the official tokenizer_config.json marks tool/fim/think tokens as not special).
-ADDED_TOKENS: tuple[tuple[str, bool], ...] = (
-    ("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True),
-    ("<|object_ref_start|>", True), ("<|object_ref_end|>", True), ("<|box_start|>", True),
-    ("<|box_end|>", True), ("<|quad_start|>", True), ("<|quad_end|>", True),
-    ("<|vision_start|>", True), ("<|vision_end|>", True), ("<|vision_pad|>", True),
-    ("<|image_pad|>", True), ("<|video_pad|>", True), ("<tool_call>", False),
-    ("</tool_call>", False), ("<|fim_prefix|>", False), ("<|fim_middle|>", False),
-    ("<|fim_suffix|>", False), ("<|fim_pad|>", False), ("<|repo_name|>", False),
-    ("<|file_sep|>", False), ("<tool_response>", False), ("</tool_response>", False),
-    ("<think>", False), ("</think>", False),
-)
+ADDED_TOKENS = QWEN_ADDED_TOKENS  # name, special flag; edgevlm.tokenizer owns the list
 
 # A fixed training corpus: the words of the golden prompts, camera/home-automation language,
 # digits and the timestamp text of video prompts, so prompts tokenise into a mix of merged

@@ -38,11 +38,20 @@ IMAGE_PAD = "<|image_pad|>"
 VIDEO_PAD = "<|video_pad|>"
 ENDOFTEXT = "<|endoftext|>"
 
-QWEN_SPECIAL_TOKENS = (
-    ENDOFTEXT, IM_START, IM_END, "<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>",
-    "<|box_end|>", "<|quad_start|>", "<|quad_end|>", VISION_START, VISION_END, "<|vision_pad|>",
-    IMAGE_PAD, VIDEO_PAD,
+# The 26 tokens Qwen2/Qwen3 add after their 151,643 BPE tokens, in id order, with the
+# "special" flag of the official tokenizer_config.json (tool/fim/think tokens are not special).
+QWEN_ADDED_TOKENS: tuple[tuple[str, bool], ...] = (
+    (ENDOFTEXT, True), (IM_START, True), (IM_END, True),
+    ("<|object_ref_start|>", True), ("<|object_ref_end|>", True), ("<|box_start|>", True),
+    ("<|box_end|>", True), ("<|quad_start|>", True), ("<|quad_end|>", True),
+    (VISION_START, True), (VISION_END, True), ("<|vision_pad|>", True),
+    (IMAGE_PAD, True), (VIDEO_PAD, True), ("<tool_call>", False),
+    ("</tool_call>", False), ("<|fim_prefix|>", False), ("<|fim_middle|>", False),
+    ("<|fim_suffix|>", False), ("<|fim_pad|>", False), ("<|repo_name|>", False),
+    ("<|file_sep|>", False), ("<tool_response>", False), ("</tool_response>", False),
+    ("<think>", False), ("</think>", False),
 )
+QWEN_SPECIAL_TOKENS = tuple(token for token, special in QWEN_ADDED_TOKENS if special)
 IMAGE_PLACEHOLDER = VISION_START + IMAGE_PAD + VISION_END
 VIDEO_PLACEHOLDER = VISION_START + VIDEO_PAD + VISION_END
 

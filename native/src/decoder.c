@@ -34,19 +34,6 @@ static void rope_tables(const edgevlm_model_info *in, const int32_t *positions, 
     }
 }
 
-/* NeoX-style rotation of n_heads heads of one token: pairs (j, j + hd/2). */
-static void rope_apply(float *x, int n_heads, int hd, const float *c, const float *s) {
-    const int half = hd / 2;
-    for (int h = 0; h < n_heads; h++) {
-        float *v = x + (int64_t)h * hd;
-        for (int j = 0; j < half; j++) {
-            float a = v[j], b = v[j + half];
-            v[j] = a * c[j] - b * s[j];
-            v[j + half] = b * c[j] + a * s[j];
-        }
-    }
-}
-
 typedef struct attn_job {
     edgevlm_session *s;
     int layer;
@@ -164,8 +151,8 @@ edgevlm_status ev_text_forward(edgevlm_session *s, const int32_t *tokens, int64_
         ev_rmsnorm(t->k, t->k, L->k_norm.data, n * in->n_head_kv, hd, in->rms_eps);
         for (int64_t i = 0; i < n; i++) {
             const float *c = t->rope_cos + i * (hd / 2), *sn = t->rope_sin + i * (hd / 2);
-            rope_apply(t->q + i * q_row, in->n_head, (int)hd, c, sn);
-            rope_apply(t->k + i * kv_row, in->n_head_kv, (int)hd, c, sn);
+            ev_rope_rotate_half(t->q + i * q_row, in->n_head, (int)hd, c, sn);
+            ev_rope_rotate_half(t->k + i * kv_row, in->n_head_kv, (int)hd, c, sn);
         }
         store_kv(s, l, n);
         attn_job job = {s, l, n, s->n_past};

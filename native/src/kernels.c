@@ -204,3 +204,15 @@ void ev_row_to_f32(int32_t type, const void *src, float *dst, int64_t n) {
     if (!t || n <= 0 || n % t->block_size != 0) return;
     t->to_float(src, dst, n);
 }
+
+void ev_rope_rotate_half(float *x, int n_heads, int hd, const float *c, const float *s) {
+    const int half = hd / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (int64_t)h * hd;
+        for (int j = 0; j < half; j++) {
+            float a = v[j], b = v[j + half];
+            v[j] = a * c[j] - b * s[j];
+            v[j + half] = b * c[j] + a * s[j];
+        }
+    }
+}

@@ -86,6 +86,10 @@ void ev_gelu_erf(float *x, int64_t n);                   /* in place */
 void ev_silu_mul(float *gate, const float *up, int64_t n); /* gate = silu(gate) * up */
 void ev_add(float *y, const float *x, int64_t n);        /* y += x */
 
+/* Rotary embedding, NeoX / "rotate_half" style, in place on n_heads heads of hd values:
+ * pairs (j, j + hd/2) rotate by the angle whose cos/sin are c[j], s[j] (j < hd/2). */
+void ev_rope_rotate_half(float *x, int n_heads, int hd, const float *c, const float *s);
+
 /* Dequantise one row of any supported type to float32. */
 void ev_row_to_f32(int32_t type, const void *src, float *dst, int64_t n);
 

@@ -89,17 +89,8 @@ static void vit_rope_apply(const edgevlm_model_info *in, ev_vit_scratch *v, int6
     const int hd = (int)(c / in->v_n_head), half = hd / 2;
     for (int64_t r = 0; r < n; r++) {
         const float *cs = v->rope_cos + r * half, *sn = v->rope_sin + r * half;
-        for (int part = 0; part < 2; part++) {          /* q then k */
-            float *base = v->qkv + r * 3 * c + part * c;
-            for (int h = 0; h < in->v_n_head; h++) {
-                float *x = base + (int64_t)h * hd;
-                for (int i = 0; i < half; i++) {
-                    float a = x[i], b = x[i + half];
-                    x[i] = a * cs[i] - b * sn[i];
-                    x[i + half] = b * cs[i] + a * sn[i];
-                }
-            }
-        }
+        ev_rope_rotate_half(v->qkv + r * 3 * c, in->v_n_head, hd, cs, sn);      /* q */
+        ev_rope_rotate_half(v->qkv + r * 3 * c + c, in->v_n_head, hd, cs, sn);  /* k */
     }
 }
 

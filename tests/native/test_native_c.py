@@ -54,3 +54,24 @@ def test_gguf_reader_survives_a_short_fuzz_run() -> None:
                           env={**os.environ, "FUZZ_SECONDS": "15"})
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert "fuzz: 1 passed, 0 failed" in proc.stdout
+
+
+def test_c_unit_tests_pass_on_aarch64_under_qemu(tmp_path: Path) -> None:
+    """The NEON kernels (with and without the dot-product extension) against the scalar
+    reference, cross-compiled with Debian's gcc-aarch64-linux-gnu and run under qemu-user
+    (on an aarch64 host this is the same as test_c_unit_tests_pass, with native execution)."""
+    if os.uname().machine == "aarch64":
+        output = make("test", tmp_path / "build")
+    else:
+        proc = subprocess.run(
+            ["make", "-C", str(ROOT / "native"), f"BUILD={tmp_path / 'aarch64'}",
+             "CC=aarch64-linux-gnu-gcc", "ARCH_FLAGS=-march=armv8.2-a+dotprod",
+             "RUN=qemu-aarch64 -cpu max -L /usr/aarch64-linux-gnu", "test"],
+            capture_output=True, text=True, timeout=1800,
+            env={**os.environ, "MAKEFLAGS": "-j2"})
+        output = proc.stdout + proc.stderr
+        assert proc.returncode == 0, output[-4000:]
+        assert "kernel set under test: neon-dotprod" in output
+        assert "kernel set under test: neon\n" in output
+    results = summaries(output)
+    assert results and all(failed == 0 and passed > 0 for _, passed, failed in results), results
