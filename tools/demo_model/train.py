@@ -1,0 +1,358 @@
+#!/usr/bin/env python3
+"""Train edgevlm's demo model: a tiny Qwen3-VL that answers questions about synthetic scenes.
+
+The model is transformers' ``Qwen3VLForConditionalGeneration`` (architecture and shape in
+``checkpoint.py``), fed by transformers' own Qwen3-VL processor (PIL image path, smart_resize
+with the model's pixel bounds, the real chat template and placeholder expansion). Training
+items come from ``scenes.py`` (split seed ``TRAIN_SEED``), rendered on the fly by a data worker
+process, so no item is ever repeated; batches are grouped by length to cut padding. AdamW with
+a linear warmup and a cosine decay, loss on the answer tokens (and the closing ``<|im_end|>``)
+only, everything seeded.
+
+Every ``--eval-every`` steps the validation split (``VALIDATION_SEED``) is scored: the share
+of items whose greedy answer would be exactly right (see ``samples.exact_matches``). Training
+stops at ``--target`` validation accuracy, at ``--max-steps``, or when the wall-clock budget
+is spent; the weights with the best validation accuracy are saved as a float32 Hugging Face
+checkpoint (``--hf-out``) and converted with ``edgevlm convert`` into ``--out``
+(``model.gguf`` + ``mmproj.gguf``). The held-out test split (``TEST_SEED``) is never touched
+here: ``evaluate.py`` reports on it.
+
+Usage (from the repository root, with the ``reference`` and ``convert`` extras installed):
+``python tools/demo_model/train.py [--threads 2] [--budget-minutes 28]``.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Under load (a shared machine) busy-waiting OpenMP threads slow small ops down a hundredfold.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import argparse
+import copy
+import json
+import logging
+import math
+import resource
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
+from tools.demo_model import checkpoint  # noqa: E402
+from tools.demo_model.samples import (  # noqa: E402
+    IGNORE,
+    Sample,
+    collate,
+    collate_packed,
+    encode,
+    encode_episode,
+    exact_matches,
+    length_batches,
+    packed_forward,
+    shifted,
+)
+from tools.demo_model.scenes import (  # noqa: E402
+    TRAIN_SEED,
+    VALIDATION_SEED,
+    make_episode,
+    make_item,
+)
+
+logger = logging.getLogger("train_demo_model")
+
+DEFAULT_OUT = REPO / "daemon" / "edgevlm" / "models" / checkpoint.MODEL_NAME
+DEFAULT_HF_OUT = REPO / "build" / "demo_model" / "hf"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    seed: int = 0
+    batch_size: int = 16           # episodes (one scene or clip, several questions each)
+    questions: int = 5             # questions per single-image episode
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.05
+    warmup_steps: int = 60
+    max_steps: int = 2400          # the cosine schedule's length
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    eval_every: int = 100
+    eval_items: int = 200
+    target: float = 0.97           # validation accuracy that ends training early
+    budget_cpu_minutes: float = 56.0  # CPU time of all processes: 2 cores x 28 minutes
+    budget_wall_minutes: float = 0.0  # 0: no wall-clock limit (a shared machine is slower)
+    threads: int = 2
+    pool_batches: int = 4          # batches drawn at once and regrouped by length
+    curriculum_steps: int = 300    # single images start with one object, then 1-3 by here
+    vision_lr_scale: float = 1.0   # the ViT and mergers learn at lr * this
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps))
+    cosine = 0.5 * (1 + math.cos(math.pi * progress))
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cosine)
+
+
+# --------------------------------------------------------------------------- data
+
+
+class TrainBatches(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """Endless training batches of packed episodes ``0, 1, 2, ...`` of the training split,
+    drawn ``pool_batches`` batches at a time, sorted by length and cut into batches."""
+
+    def __init__(self, processor_dir: Path, cfg: TrainConfig, pad_id: int, im_end: int) -> None:
+        self.processor_dir = processor_dir
+        self.cfg = cfg
+        self.pad_id = pad_id
+        self.im_end = im_end
+
+    def single_object_share(self, episode: int) -> float:
+        """Curriculum: 1 at the start, the uniform 1/3 after ``curriculum_steps`` steps."""
+        progress = min(1.0, episode / max(1, self.cfg.curriculum_steps * self.cfg.batch_size))
+        return 1.0 - progress * (2.0 / 3.0)
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        torch.set_num_threads(1)
+        processor = checkpoint.load_processor(self.processor_dir)
+        pool = self.cfg.batch_size * self.cfg.pool_batches
+        index = 0
+        while True:
+            samples = [encode_episode(make_episode(TRAIN_SEED, index + i, self.cfg.questions,
+                                                   self.single_object_share(index + i)),
+                                      processor, self.im_end) for i in range(pool)]
+            index += pool
+            samples.sort(key=lambda s: s.length)
+            batches = [samples[i:i + self.cfg.batch_size]
+                       for i in range(0, pool, self.cfg.batch_size)]
+            order = torch.randperm(len(batches), generator=torch.Generator().manual_seed(index))
+            for k in order.tolist():
+                yield collate_packed(batches[k], self.pad_id)
+
+
+def check_packing(model: Any, processor: Any, pad_id: int, im_end: int) -> float:
+    """Every branch of packed episodes (image, two images, clip) gets the logits of its own
+    single-question forward; returns the largest difference (raises above 1e-4)."""
+    episodes = [make_episode(VALIDATION_SEED, i) for i in range(40)]
+    chosen = [next(e for e in episodes if e.media == m) for m in ("image", "images", "video")]
+    batch = collate_packed([encode_episode(e, processor, im_end) for e in chosen], pad_id)
+    worst = 0.0
+    with torch.no_grad():
+        packed = packed_forward(model, batch)
+        for b, episode in enumerate(chosen):
+            for k in range(len(episode.questions)):
+                single = encode(episode.item(k), processor, im_end)
+                inputs, _ = collate([single], pad_id)
+                reference = model(**inputs).logits[0]
+                ours = packed[b][batch["branch"][b] == k]
+                end = single.length
+                worst = max(worst, float((ours - reference[end - ours.shape[0]:end])
+                                         .abs().max()))
+    if worst > 1e-4:
+        raise RuntimeError(f"packed episodes differ from single questions by {worst:.2e}")
+    return worst
+
+
+def encode_split(seed: int, count: int, processor: Any, im_end: int) -> list[Sample]:
+    return [encode(make_item(seed, i), processor, im_end) for i in range(count)]
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+@torch.no_grad()
+def accuracy(model: Any, samples: list[Sample], pad_id: int, batch_size: int
+             ) -> tuple[float, dict[str, float]]:
+    """Share of exactly right greedy answers (teacher-forced check), overall and per task."""
+    model.eval()
+    right: dict[str, list[bool]] = {}
+    for batch in length_batches(samples, batch_size):
+        inputs, labels = collate(batch, pad_id)
+        ok = exact_matches(model(**inputs).logits, labels).tolist()
+        for sample, good in zip(batch, ok, strict=True):
+            right.setdefault(sample.task, []).append(bool(good))
+    model.train()
+    total = sum(sum(v) for v in right.values()) / sum(len(v) for v in right.values())
+    return total, {task: sum(v) / len(v) for task, v in sorted(right.items())}
+
+
+# --------------------------------------------------------------------------- training
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of its finished children."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
+
+
+def _process_cpu(pid: int) -> float:
+    """CPU seconds of a running process (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+@dataclass
+class Clock:
+    """Wall and CPU time since the start, the running data worker included."""
+
+    wall_start: float
+    cpu_start: float
+    batches: Any  # the DataLoader iterator (its worker processes)
+
+    def wall(self) -> float:
+        return time.perf_counter() - self.wall_start
+
+    def cpu(self) -> float:
+        workers = getattr(self.batches, "_workers", [])
+        return (cpu_seconds() - self.cpu_start
+                + sum(_process_cpu(w.pid) for w in workers if w.is_alive()))
+
+
+def train(cfg: TrainConfig, hf_out: Path, out: Path | None, work: Path) -> dict[str, Any]:
+    started, cpu_started = time.perf_counter(), cpu_seconds()
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(cfg.threads)
+
+    tok = checkpoint.train_tokenizer()
+    processor_dir = work / "processor"
+    checkpoint.write_processor_files(processor_dir, tok)
+    processor = checkpoint.load_processor(processor_dir)
+    pad_id, im_end = tok.token_to_id("<|endoftext|>"), tok.token_to_id("<|im_end|>")
+    model, legacy = checkpoint.new_model(tok)
+    model.train()
+    n_params = sum(p.numel() for p in model.parameters())
+    logger.info("model: %d parameters (vision %d)", n_params,
+                sum(p.numel() for p in model.model.visual.parameters()))
+
+    validation = encode_split(VALIDATION_SEED, cfg.eval_items, processor, im_end)
+    logger.info("packed episodes match single questions to %.1e",
+                check_packing(model.eval(), processor, pad_id, im_end))
+    model.train()
+    groups: dict[tuple[bool, bool], list[torch.nn.Parameter]] = {}
+    for name, param in model.named_parameters():
+        decays = param.dim() >= 2 and "embed" not in name
+        groups.setdefault((name.startswith("model.visual."), decays), []).append(param)
+    optimizer = torch.optim.AdamW(
+        [{"params": params, "weight_decay": cfg.weight_decay if decays else 0.0,
+          "lr_scale": cfg.vision_lr_scale if vision else 1.0}
+         for (vision, decays), params in sorted(groups.items())],
+        lr=cfg.lr, betas=(0.9, 0.98), eps=1e-8)
+    loader = torch.utils.data.DataLoader(
+        TrainBatches(processor_dir, cfg, pad_id, im_end), batch_size=None, num_workers=1,
+        prefetch_factor=4, persistent_workers=False)
+
+    log: list[dict[str, Any]] = []
+    best: tuple[float, int, dict[str, torch.Tensor]] | None = None
+    ema_loss, steps, stop_reason, questions_seen = 0.0, 0, "max_steps", 0
+    batches = iter(loader)
+    clock = Clock(started, cpu_started, batches)
+    for step, batch in enumerate(batches):
+        if step >= cfg.max_steps:
+            break
+        steps = step + 1
+        questions_seen += int((batch["branch"].max(dim=1).values + 1).sum())
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, cfg) * group["lr_scale"]
+        logits, target = shifted(packed_forward(model, batch), batch["labels"])
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 target.reshape(-1), ignore_index=IGNORE)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        ema_loss = loss.item() if step == 0 else 0.95 * ema_loss + 0.05 * loss.item()
+        if step % 20 == 0:
+            logger.info("step %d loss %.4f (ema %.4f) lr %.2e  wall %.0f s cpu %.0f s", step,
+                        loss.item(), ema_loss, lr_at(step, cfg), clock.wall(), clock.cpu())
+        if steps % cfg.eval_every and steps != cfg.max_steps:
+            continue
+        acc, per_task = accuracy(model, validation, pad_id, 32)
+        entry = {"step": steps, "loss_ema": round(ema_loss, 4), "validation_accuracy": acc,
+                 "per_task": per_task, "wall_s": round(clock.wall(), 1),
+                 "cpu_s": round(clock.cpu(), 1)}
+        log.append(entry)
+        logger.info("eval %s", json.dumps(entry))
+        if best is None or acc > best[0]:
+            best = (acc, steps, copy.deepcopy(model.state_dict()))
+        if acc >= cfg.target:
+            stop_reason = "target"
+            break
+        # stop before the next evaluation round would overrun a budget
+        if clock.cpu() * (1 + cfg.eval_every / steps) > cfg.budget_cpu_minutes * 60:
+            stop_reason = "cpu budget"
+            break
+        if (cfg.budget_wall_minutes
+                and clock.wall() * (1 + cfg.eval_every / steps) > cfg.budget_wall_minutes * 60):
+            stop_reason = "wall budget"
+            break
+    batches._shutdown_workers()  # type: ignore[attr-defined]  # its CPU time is now counted
+    assert best is not None
+    model.load_state_dict(best[2])
+    model.eval()
+    wall, cpu = time.perf_counter() - started, cpu_seconds() - cpu_started
+
+    checkpoint.save_checkpoint(model, legacy, tok, hf_out)
+    summary: dict[str, Any] = {
+        "model": checkpoint.MODEL_NAME, "parameters": n_params,
+        "stop_reason": stop_reason, "steps": steps, "best_step": best[1],
+        "validation_accuracy": best[0], "train_wall_s": round(wall, 1),
+        "train_cpu_s": round(cpu, 1),
+        "episodes_seen": steps * cfg.batch_size, "questions_seen": questions_seen,
+        "config": asdict(cfg), "spec": asdict(checkpoint.SPEC),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        "evals": log,
+    }
+    (hf_out / "training.json").write_text(json.dumps(summary, indent=1) + "\n")
+    if out is not None:
+        convert(hf_out, out, "f32")
+    return summary
+
+
+def convert(hf_dir: Path, out: Path, text_type: str) -> None:
+    from edgevlm.convert.cli import main as convert_main
+
+    code = convert_main([str(hf_dir), "-o", str(out), "--type", text_type, "--quiet"])
+    if code != 0:
+        raise RuntimeError(f"edgevlm convert failed with exit code {code}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    defaults = TrainConfig()
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                        help="GGUF output directory (model.gguf + mmproj.gguf)")
+    parser.add_argument("--no-convert", action="store_true", help="skip edgevlm convert")
+    parser.add_argument("--hf-out", type=Path, default=DEFAULT_HF_OUT,
+                        help="Hugging Face checkpoint output directory")
+    parser.add_argument("--work", type=Path, default=REPO / "build" / "demo_model",
+                        help="scratch directory (processor files)")
+    for field, value in asdict(defaults).items():
+        parser.add_argument("--" + field.replace("_", "-"), type=type(value), default=value)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    transformers.logging.set_verbosity_error()
+    cfg = TrainConfig(**{f: getattr(args, f) for f in asdict(defaults)})
+    summary = train(cfg, args.hf_out, None if args.no_convert else args.out, args.work)
+    logger.info("done: %s", json.dumps({k: v for k, v in summary.items()
+                                        if k not in ("evals", "config", "spec")}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
