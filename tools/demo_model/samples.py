@@ -142,23 +142,46 @@ class PackedSample:
         return int(self.prefix_ids.shape[0]) + sum(len(q) + len(a) for q, a in self.branches)
 
 
-def encode_episode(episode: Episode, processor: Any, im_end: int) -> PackedSample:
-    tok = processor.tokenizer
-    vision_end = tok.convert_tokens_to_ids("<|vision_end|>")
+class BranchTokens:
+    """Token ids of a question branch (the chat template's text after the media) and of an
+    answer, memoised: the task texts come from a small set."""
+
+    def __init__(self, processor: Any, im_end: int) -> None:
+        self.processor = processor
+        self.im_end = im_end
+        self._questions: dict[tuple[str, int, str], tuple[int, ...]] = {}
+        self._answers: dict[str, tuple[int, ...]] = {}
+
+    def question(self, item: Item) -> tuple[int, ...]:
+        key = (item.media, len(item.images), item.prompt)
+        if key not in self._questions:
+            text = self.processor.apply_chat_template(item.hf_messages(), tokenize=False,
+                                                      add_generation_prompt=True)
+            self._questions[key] = tuple(self.processor.tokenizer.encode(
+                text.rsplit("<|vision_end|>", 1)[1], add_special_tokens=False))
+        return self._questions[key]
+
+    def answer(self, text: str) -> tuple[int, ...]:
+        if text not in self._answers:
+            ids = self.processor.tokenizer.encode(text, add_special_tokens=False)
+            self._answers[text] = (*ids, self.im_end)
+        return self._answers[text]
+
+
+def encode_episode(episode: Episode, processor: Any, im_end: int,
+                   branch_tokens: BranchTokens | None = None) -> PackedSample:
+    tokens = branch_tokens or BranchTokens(processor, im_end)
+    vision_end = processor.tokenizer.convert_tokens_to_ids("<|vision_end|>")
     first = encode(episode.item(0), processor, im_end)
     ids = first.prompt_ids
     cut = int((ids == vision_end).nonzero().max()) + 1
     branches = []
     for k in range(len(episode.questions)):
         item = episode.item(k)
-        text = processor.apply_chat_template(item.hf_messages(), tokenize=False,
-                                             add_generation_prompt=True)
-        question = tuple(tok.encode(text.rsplit("<|vision_end|>", 1)[1],
-                                    add_special_tokens=False))
+        question = tokens.question(item)
         if k == 0 and question != tuple(ids[cut:].tolist()):
             raise RuntimeError("the question tokens differ from the processor's")
-        answer = (*tok.encode(item.answer, add_special_tokens=False), im_end)
-        branches.append((question, answer))
+        branches.append((question, tokens.answer(item.answer)))
     return PackedSample(ids[:cut], first.mm_token_type_ids[:cut], tuple(branches),
                         tuple(q[0] for q in episode.questions), first.pixel_values,
                         first.image_grid_thw, first.pixel_values_videos, first.video_grid_thw)

@@ -426,8 +426,8 @@ def make_episode(seed: int, index: int, max_questions: int = 5,
         first, second = (set(s.kinds()) for s in scenes)
         kinds = sorted(first ^ second)
         order = rng.permutation(len(kinds))[:max_questions]
-        questions = tuple(_which_has(kinds[i], kinds[i] in first) for i in order)
-        return Episode("images", tuple(render(s) for s in scenes), questions)
+        pair = tuple(_which_has(kinds[i], kinds[i] in first) for i in order)
+        return Episode("images", tuple(render(s) for s in scenes), pair)
     if task == "moved":
         _, frames, answer = _video_clip(rng)
         return Episode("video", frames, (("moved", "What moved?", answer),))
