@@ -1,7 +1,10 @@
 # Sourced by scripts/test.sh and scripts/demo.sh: installs what the machine lacks (a C
-# compiler and Python headers for the native core; for tests also make and clang), creates the
-# virtual environment and installs edgevlm (with the extras named in $1: "test" adds the test
-# tools, the converter and the transformers reference).
+# compiler and Python headers for the native core; for tests also make, clang and the Mosquitto
+# broker the MQTT tests start), creates the virtual environment and installs edgevlm (with the
+# extras named in $1: "test" adds the test tools, the converter and the transformers reference).
+# Mosquitto is tried in the "run" profile too (without asking for a password); `edgevlm demo`
+# works without it through its embedded broker. It is never left running as a system service:
+# tests and the demo start their own broker on a free port.
 PROFILE="${1:-run}"
 PYTHON="${PYTHON:-python3}"
 VENV="${EDGEVLM_VENV:-$PWD/.venv}"
@@ -29,6 +32,34 @@ if [ "$PROFILE" = "test" ]; then
   fi
 fi
 [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
+
+have_mosquitto() { command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ]; }
+
+quiet_mosquitto_service() {  # the package starts a system broker on :1883; we want none
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo -n"
+  if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+    $sudo systemctl disable --now mosquitto >/dev/null 2>&1 || true
+  elif [ -x /etc/init.d/mosquitto ]; then
+    $sudo /etc/init.d/mosquitto stop >/dev/null 2>&1 || true
+    command -v update-rc.d >/dev/null 2>&1 && { $sudo update-rc.d mosquitto disable >/dev/null 2>&1 || true; }
+  fi
+}
+
+if ! have_mosquitto; then
+  if [ "$PROFILE" = "test" ]; then
+    apt_install mosquitto
+    quiet_mosquitto_service
+  elif [ "$(id -u)" -eq 0 ] || sudo -n true 2>/dev/null; then
+    if apt_install mosquitto; then
+      quiet_mosquitto_service
+    else
+      echo "== mosquitto could not be installed; edgevlm demo will use its embedded broker"
+    fi
+  else
+    echo "== no mosquitto (and no root): edgevlm demo will use its embedded broker"
+  fi
+fi
 
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
   echo "edgevlm needs Python 3.11 or newer; $("$PYTHON" --version 2>&1) found" >&2; exit 2; }

@@ -1,7 +1,7 @@
 """The ``edgevlm`` command line.
 
 Exit codes: 0 success, 1 the work failed (bad media, refused request, runtime error),
-2 bad usage or configuration.
+2 bad usage or configuration, 3 no broker or no answer in time (``ask``, ``demo``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 from . import __version__
 from .errors import EdgevlmError
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_ANSWER = 0, 1, 2, 3
 _SIZE = re.compile(r"\A(\d+)[xX×](\d+)\Z")
 
 
@@ -141,12 +141,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
-
-    return run_demo(json_output=args.json)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="edgevlm", description="A Qwen3-VL vision-language daemon for edge boards that "
@@ -155,10 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("demo", help="run the request side on sample frames and print what "
-                       "happens to each request")
-    p.add_argument("--json", action="store_true", help="one JSON object per sample")
-    p.set_defaults(func=cmd_demo)
+    from .cli_mqtt import add_mqtt_commands
+
+    add_mqtt_commands(sub)
 
     p = sub.add_parser("run", help="answer one prompt with a local model (images, video)",
                        description="One user message: the images (in order), the video frames, "

@@ -1,13 +1,20 @@
 """The YAML configuration, validated by pydantic, with errors that name key, value and line.
 
 Sizes accept an integer number of bytes or a string with a unit (``512 MiB``, ``16MB``).
-A bad file is refused whole: :class:`ConfigError` lists every problem as
-``limits.max_queue = -1 (line 12): Input should be greater than or equal to 1``.
+Values come from the file (with ``!secret name`` and ``!env VAR``), then environment variables
+``EDGEVLM_<SECTION>__<KEY>``, then dotted overrides from command-line flags
+(:mod:`edgevlm.config_sources`). A bad configuration is refused whole: :class:`ConfigError`
+lists every problem as ``limits.max_queue = -1 (line 12): Input should be greater than or
+equal to 1`` (or ``(from env EDGEVLM_LIMITS__MAX_QUEUE)``).
 """
 
 from __future__ import annotations
 
+import os
 import re
+import socket
+import string
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -18,10 +25,14 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    PrivateAttr,
+    StringConstraints,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
+from .config_sources import Loc, RawConfig, apply_env, apply_overrides, read_yaml
 from .limits import MMLimits, RequestLimits
 from .vision.decode import MediaPolicy
 from .vision.sizing import FAMILIES
@@ -78,6 +89,9 @@ class LimitsConfig(_Section):
     max_video_frames: int = Field(default=32, ge=1, le=768)
     max_queue: int = Field(default=8, ge=1)
     default_deadline_ms: int | None = Field(default=120_000, ge=1)
+    dedupe_window_s: float = Field(default=600, ge=0, description="answers remembered by "
+                                   "request id, to answer a redelivered request again")
+    dedupe_max_entries: int = Field(default=1024, ge=0)
 
     def request_limits(self) -> RequestLimits:
         return RequestLimits(self.limit_mm_per_prompt, self.max_payload_bytes,
@@ -108,17 +122,142 @@ class TLSConfig(_Section):
     insecure: bool = False
 
 
+def _tls_flag(value: Any) -> Any:
+    """``tls: true`` = TLS with the system CAs; ``tls: false`` = no TLS."""
+    if value is True or (isinstance(value, str) and value.lower() in ("true", "on", "yes")):
+        return {}
+    if value is False or (isinstance(value, str) and value.lower() in ("false", "off", "no")):
+        return None
+    return value
+
+
+TopicLevel = Annotated[str, StringConstraints(pattern=r"^[^#+/$][^#+/]*$")]
+NodeName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]+$", max_length=64)]
+
+
+def sanitise_node_id(name: str) -> str:
+    """A host name as a topic level and entity id: ``Garage.local`` -> ``Garage``."""
+    cleaned = re.sub(r"[^A-Za-z0-9_-]", "_", name.split(".")[0])[:64].strip("_")
+    return cleaned or "edgevlm"
+
+
 class MQTTConfig(_Section):
     host: str | None = None
     port: int = Field(default=1883, ge=1, le=65535)
     username: str | None = None
     password: str | None = None
-    tls: TLSConfig | None = None
+    tls: Annotated[TLSConfig | None, BeforeValidator(_tls_flag)] = None
     base_topic: str = Field(default="edgevlm", pattern=r"^[^#+$/][^#+]*$")
-    node_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]+$")
-    client_id: str | None = None
+    node_id: NodeName | None = None
+    client_id: str | None = Field(default=None, min_length=1, max_length=128)
     keepalive: int = Field(default=60, ge=5, le=65535)
     protocol: Literal[5, "5", "3.1.1"] = 5
+    shared_group: TopicLevel | None = "edgevlm"
+    will_delay_s: int = Field(default=5, ge=0)
+    health_interval_s: float = Field(default=30, gt=0)
+    reconnect_min_s: float = Field(default=1, gt=0)
+    reconnect_max_s: float = Field(default=60, gt=0)
+    clean_start: bool = False
+    session_expiry_s: int = Field(default=3600, ge=0)
+
+    @model_validator(mode="after")
+    def _backoff_order(self) -> MQTTConfig:
+        if self.reconnect_max_s < self.reconnect_min_s:
+            raise ValueError(f"reconnect_max_s ({self.reconnect_max_s:g}) is below "
+                             f"reconnect_min_s ({self.reconnect_min_s:g})")
+        return self
+
+    def resolved_node_id(self) -> str:
+        """``node_id``, or the host name sanitised to ``[A-Za-z0-9_-]``."""
+        return self.node_id or sanitise_node_id(socket.gethostname())
+
+    def resolved_client_id(self) -> str:
+        """``client_id``, or ``edgevlm-<node_id>``."""
+        return self.client_id or f"edgevlm-{self.resolved_node_id()}"
+
+
+class HomeAssistantConfig(_Section):
+    discovery: bool = True
+    prefix: str = Field(default="homeassistant", pattern=r"^[^#+$/][^#+]*$")
+    form: Literal["device", "component"] = "device"
+
+
+class ZeroconfConfig(_Section):
+    enabled: bool = True
+    browse_broker: bool = True
+
+
+PROMPT_FIELDS = ("camera", "label", "sub_label")  # as Frigate's GenAI prompts
+FrigateEventType = Literal["new", "update", "end"]
+
+
+def _default_frigate_events() -> list[FrigateEventType]:
+    return ["end"]
+
+
+def _check_prompt(prompt: str) -> str:
+    try:
+        fields = [name for _, name, _, _ in string.Formatter().parse(prompt) if name is not None]
+    except ValueError as exc:
+        raise ValueError(f"bad placeholder: {exc}; write {{camera}}, {{label}} or "
+                         "{sub_label}, and {{ }} for a literal brace") from None
+    for name in fields:
+        if name not in PROMPT_FIELDS:
+            raise ValueError(f"unknown placeholder {{{name}}}; use {{camera}}, {{label}} or "
+                             "{sub_label}")
+    return prompt
+
+
+Prompt = Annotated[str, BeforeValidator(lambda v: _check_prompt(v) if isinstance(v, str) else v)]
+
+
+def _topic_filter(value: Any) -> Any:
+    """An MQTT subscription filter: ``+`` only as a whole level, ``#`` only as the last."""
+    if isinstance(value, str):
+        levels = value.split("/")
+        for i, level in enumerate(levels):
+            if ("+" in level and level != "+") or ("#" in level and (
+                    level != "#" or i != len(levels) - 1)):
+                raise ValueError(f"not a valid MQTT topic filter: {value!r}; + must be a whole "
+                                 "level and # the whole last level")
+        if not value or value.startswith("$"):
+            raise ValueError("a camera topic must not be empty or start with $")
+    return value
+
+
+TopicFilter = Annotated[str, BeforeValidator(_topic_filter)]
+
+
+class CameraConfig(_Section):
+    enabled: bool = True
+    topic: TopicFilter | None = Field(default=None, description="raw JPEG/PNG frames (a "
+                                      "filter: + and # allowed); absent: "
+                                      "<base>/<node>/camera/<cam>/image")
+    frigate: bool = False
+    frigate_prefix: str = "frigate"
+    frigate_events: list[FrigateEventType] = Field(default_factory=_default_frigate_events)
+    labels: list[str] | None = None
+    prompt: Prompt = "Describe what the {camera} camera sees."
+    label_prompts: dict[str, Prompt] = Field(default_factory=dict)
+    max_tokens: int = Field(default=64, ge=1, le=4096)
+
+
+SECRET_KEYS = frozenset({"password", "key", "secret", "token"})
+REDACTED = "***"
+
+
+def _redact(value: Any, path: Loc, secret_paths: set[Loc], secret_values: frozenset[str]
+            ) -> Any:
+    if isinstance(value, dict):
+        return {k: _redact(v, (*path, k), secret_paths, secret_values) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact(v, (*path, i), secret_paths, secret_values) for i, v in enumerate(value)]
+    if value is None:
+        return None
+    if (path in secret_paths or (path and str(path[-1]) in SECRET_KEYS)
+            or (isinstance(value, str) and value in secret_values)):
+        return REDACTED
+    return value
 
 
 class Config(_Section):
@@ -127,10 +266,21 @@ class Config(_Section):
     media: MediaConfig = Field(default_factory=MediaConfig)
     cache: CacheConfig = Field(default_factory=CacheConfig)
     mqtt: MQTTConfig = Field(default_factory=MQTTConfig)
+    homeassistant: HomeAssistantConfig = Field(default_factory=HomeAssistantConfig)
+    zeroconf: ZeroconfConfig = Field(default_factory=ZeroconfConfig)
+    cameras: dict[NodeName, CameraConfig] = Field(default_factory=dict)
+
+    _secret_paths: set[Loc] = PrivateAttr(default_factory=set)
+    _secret_values: frozenset[str] = PrivateAttr(default_factory=frozenset)
+
+    def redacted(self) -> dict[str, Any]:
+        """The config as JSON data with passwords, keys and every ``!secret`` value as ``***``."""
+        return _redact(self.model_dump(mode="json"), (), self._secret_paths,  # type: ignore[no-any-return]
+                       self._secret_values)
 
 
 class ConfigError(ValueError):
-    """The configuration is invalid; ``problems`` lists each with path, value and line."""
+    """The configuration is invalid; ``problems`` lists each with path, value and origin."""
 
     def __init__(self, source: str, problems: list[str]) -> None:
         self.problems = problems
@@ -138,66 +288,78 @@ class ConfigError(ValueError):
         super().__init__(f"invalid configuration in {source}:\n{lines}")
 
 
-def _line_map(node: yaml.Node, path: tuple[str | int, ...], out: dict[tuple[str | int, ...], int]
-              ) -> None:
-    out[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            child = (*path, str(key.value))
-            out[child] = key.start_mark.line + 1
-            _line_map(value, child, out)
-            out[child] = key.start_mark.line + 1
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _line_map(item, (*path, i), out)
+_NOISE = ("function-before", "function-after", "int", "str", "literal", "float", "bool",
+          "TLSConfig", "none")
 
 
-def _line_of(loc: tuple[str | int, ...], lines: dict[tuple[str | int, ...], int]) -> int | None:
-    for end in range(len(loc), -1, -1):
-        if loc[:end] in lines:
-            return lines[loc[:end]]
-    return None
+def _problems(exc: ValidationError, raw: RawConfig) -> list[str]:
+    problems = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and (
+            "[" in p or p in _NOISE)))
+        key = ".".join(str(p) for p in loc) or "(top level)"
+        origin = raw.origin_of(loc)
+        where = f" ({origin})" if origin else ""
+        shown = REDACTED if loc in raw.secret_paths else repr(err.get("input"))
+        value = "" if err["type"] == "missing" else f" = {shown}"
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            message = "unknown key; check the spelling against etc/edgevlm.yaml"
+        problems.append(f"{key}{value}{where}: {message}")
+    return problems
+
+
+def _validate(raw: RawConfig, source: str, env: Mapping[str, str] | None,
+              overrides: Mapping[str, Any] | None) -> Config:
+    if raw.data is None:
+        raw.data = {}
+    if not isinstance(raw.data, dict):
+        raise ConfigError(source, [f"the file must be a mapping of sections, got "
+                                   f"{type(raw.data).__name__}"])
+    if env is not None:
+        apply_env(raw, env)
+    if overrides:
+        apply_overrides(raw, overrides)
+    problems = list(raw.problems)
+    config: Config | None = None
+    try:
+        config = Config.model_validate(raw.data)
+    except ValidationError as exc:
+        problems += _problems(exc, raw)
+    if problems or config is None:
+        raise ConfigError(source, problems)
+    config._secret_paths = set(raw.secret_paths)
+    config._secret_values = frozenset(raw.secret_values)
+    return config
 
 
 def validate_config(data: Any, source: str = "config",
                     lines: dict[tuple[str | int, ...], int] | None = None) -> Config:
     """Validate a parsed config mapping; :class:`ConfigError` lists every problem."""
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(source, [f"the file must be a mapping of sections, got "
-                                   f"{type(data).__name__}"])
-    try:
-        return Config.model_validate(data)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors(include_url=False):
-            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and (
-                "[" in p or p in ("function-before", "int", "str", "literal"))))
-            key = ".".join(str(p) for p in loc) or "(top level)"
-            line = _line_of(loc, lines or {})
-            where = f" (line {line})" if line else ""
-            value = "" if err["type"] == "missing" else f" = {err.get('input')!r}"
-            message = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
-                message = "unknown key; check the spelling against etc/edgevlm.yaml"
-            problems.append(f"{key}{value}{where}: {message}")
-        raise ConfigError(source, problems) from None
+    raw = RawConfig(data=data, origins={k: f"line {v}" for k, v in (lines or {}).items()})
+    return _validate(raw, source, None, None)
 
 
-def load_config(path: str | Path) -> Config:
-    """Read and validate a YAML config file."""
+def load_config(path: str | Path, env: Mapping[str, str] | None = os.environ,
+                overrides: Mapping[str, Any] | None = None) -> Config:
+    """Read and validate a YAML config file, then apply ``EDGEVLM_*`` env and ``overrides``.
+
+    ``env=None`` ignores the environment (``!env`` then reads ``os.environ``).
+    """
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(source, [f"cannot read the file: {exc.strerror}"]) from None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        raw = read_yaml(text, Path(path).parent / "secrets.yaml",
+                        os.environ if env is None else env)
     except yaml.YAMLError as exc:
         raise ConfigError(source, [f"not valid YAML: {exc}"]) from None
-    lines: dict[tuple[str | int, ...], int] = {}
-    if node is not None:
-        _line_map(node, (), lines)
-    return validate_config(data, source, lines)
+    return _validate(raw, source, env, overrides)
+
+
+def default_config(env: Mapping[str, str] | None = os.environ,
+                   overrides: Mapping[str, Any] | None = None) -> Config:
+    """The defaults with ``EDGEVLM_*`` env and ``overrides`` applied: running without a file."""
+    return _validate(RawConfig(), "defaults (no config file)", env, overrides)

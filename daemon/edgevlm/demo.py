@@ -1,165 +1,314 @@
-"""``edgevlm demo``: sample camera requests through the request side, one line each.
+"""``edgevlm demo``: the daemon end to end on a fresh machine, with nothing to configure.
 
-Until the engine and the daemon exist this shows admission (schema, limits, token budget from
-headers), media preparation (decode, resize, patchify, cache keys) and the wire answer each
-request would get when it is refused. Sample frames are drawn with Pillow and encoded as real
-JPEG/PNG files.
+1. A broker: the configured one when it answers, else a private one on a free loopback port —
+   a ``mosquitto`` child process with a throw-away config when the binary exists, else the
+   embedded Python broker (:mod:`edgevlm.mqtt.embedded_broker`).
+2. The daemon (:class:`edgevlm.service.Service`) in this process with the bundled demo model,
+   Home Assistant discovery and zeroconf off.
+3. Sample frames (``models/samples``) sent through MQTT exactly as a user would: describe
+   requests (MQTT v5, Response Topic + Correlation Data) and one frame on a camera topic.
+4. Each answer printed with its metrics (``--json``: one JSON object per line), then
+   everything is shut down. Exit code 0 only when every sample got an answer.
 """
 
 from __future__ import annotations
 
-import base64
-import io
+import contextlib
 import json
+import logging
+import shutil
+import socket
+import subprocess
 import sys
+import tempfile
+import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
 
-import numpy as np
-from PIL import Image, ImageDraw
+import paho.mqtt.client as paho
 
-from .admission import RequestSide, admit
-from .cache import VisionCache
-from .config import Config
-from .errors import wire_error
-from .preflight import PreflightContext
-from .prepare import ModelFacts, prepare_media
-from .tokenizer import ByteCountTokenizer
-from .vision.sizing import get_family
-from .vision_tokens import encode_vision_tokens
+from .ask import BrokerUnavailable, DescribeClient, NoAnswer, describe_request, image_part
+from .config import Config, ConfigError, default_config, load_config
+from .models import demo_model_dir
+from .mqtt.topics import Topics
 
-DEMO_HIDDEN, DEMO_DEEPSTACK = 2048, 3  # Qwen3-VL-2B's LLM width and DeepStack depth
+log = logging.getLogger(__name__)
 
-
-def draw_scene(width: int, height: int, seed: int, fmt: str = "JPEG") -> bytes:
-    """A camera-like frame: sky, ground, a car and a person, encoded as a real file."""
-    rng = np.random.default_rng(seed)
-    img = Image.new("RGB", (width, height), (120, 170, 220))
-    draw = ImageDraw.Draw(img)
-    draw.rectangle([0, height * 2 // 3, width, height], fill=(90, 120, 70))
-    cx = int(rng.integers(width // 8, width // 2))
-    draw.rectangle([cx, height // 2, cx + width // 4, height * 3 // 4], fill=(200, 30, 30))
-    px = int(rng.integers(width // 2, width * 7 // 8))
-    head = width // 20
-    draw.ellipse([px, height // 3, px + head, height // 3 + head], fill=(230, 190, 150))
-    draw.rectangle([px, height // 3 + width // 20, px + width // 20, height * 3 // 4],
-                   fill=(40, 40, 120))
-    buf = io.BytesIO()
-    img.save(buf, fmt, **({"quality": 88} if fmt == "JPEG" else {}))
-    return buf.getvalue()
+SAMPLES_DIR = Path(__file__).resolve().parent / "models" / "samples"
+NODE_ID = "demo"
+BrokerKind = Literal["auto", "mosquitto", "embedded"]
 
 
-def _url(data: bytes, mime: str = "image/jpeg") -> str:
-    return f"data:{mime};base64," + base64.b64encode(data).decode()
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    image: Path
+    prompt: str
+    truth: str
+    via: Literal["request", "camera"] = "request"
+
+    @property
+    def camera(self) -> str:
+        return self.name.replace(" ", "_")
 
 
-def _request(rid: str, *parts: dict[str, Any], **fields: Any) -> bytes:
-    return json.dumps({"v": 1, "id": rid, "messages": [
-        {"role": "user", "content": list(parts)}], **fields}).encode()
+def load_samples(directory: Path = SAMPLES_DIR) -> list[Sample]:
+    doc = json.loads((directory / "samples.json").read_text(encoding="utf-8"))
+    return [Sample(s["name"], directory / s["image"], s["prompt"], s["truth"],
+                   s.get("via", "request")) for s in doc["samples"]]
 
 
-def _text(t: str) -> dict[str, Any]:
-    return {"type": "text", "text": t}
+# --------------------------------------------------------------------------- brokers
 
 
-def _img(data: bytes, mime: str = "image/jpeg") -> dict[str, Any]:
-    return {"type": "image", "image": _url(data, mime)}
+def mosquitto_binary() -> str | None:
+    found = shutil.which("mosquitto")
+    if found:
+        return found
+    for candidate in ("/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto"):
+        if Path(candidate).exists():
+            return candidate
+    return None
 
 
-def sample_requests() -> list[tuple[str, bytes]]:
-    door = draw_scene(1280, 720, 1)
-    rng = np.random.default_rng(7)
-    feats = rng.standard_normal((4, DEMO_HIDDEN), dtype=np.float32)
-    ds = rng.standard_normal((DEMO_DEEPSTACK, 4, DEMO_HIDDEN), dtype=np.float32)
-    from .features import VisionFeatures
-
-    vt = encode_vision_tokens(VisionFeatures(feats, ds, (1, 2, 2)))
-    short_vt = dict(vt, tokens_b64=base64.b64encode(feats.tobytes()[:-4]).decode())
-    clip = [_url(draw_scene(320, 240, s)) for s in range(4)]
-    return [
-        ("front door, 1280x720 JPEG", _request("door-1", _img(door), _text("Who is at the door?"))),
-        ("driveway, 640x480 PNG", _request("drive-1", _img(draw_scene(640, 480, 2, "PNG"),
-                                                         "image/png"), _text("Any cars?"))),
-        ("portrait 1080x1920 + 1280x720", _request(
-            "two-1", _img(draw_scene(1080, 1920, 3)), _img(door), _text("What changed?"))),
-        ("4-frame clip @ 2 fps", _request("clip-1", {"type": "video_frames",
-                                                      "video_frames": clip, "fps": 2},
-                                          _text("What moved?"))),
-        ("vision_tokens n=4 d=2048 ds=3", _request("vt-1", {"type": "vision_tokens",
-                                                             "vision_tokens": vt},
-                                                   _text("Describe."))),
-        ("5 images (limit 4)", _request("many-1", *[_img(door)] * 5, _text("?"))),
-        ("3333x2500 with max_tokens 4000", _request(
-            "big-1", _img(draw_scene(3333, 2500, 4)), _text("Describe."), max_tokens=4000,
-            mm_processor_kwargs={"max_pixels": 16_777_216})),
-        ("truncated JPEG", _request("bad-1", _img(door[: len(door) // 2]), _text("?"))),
-        ("vision_tokens one float short", _request(
-            "vt-2", {"type": "vision_tokens", "vision_tokens": short_vt}, _text("?"))),
-        ("image_ref of an unknown key", _request(
-            "ref-1", {"type": "image_ref", "image_ref": "0" * 32}, _text("?"))),
-        ("audio part", _request("aud-1", {"type": "input_audio", "input_audio": {}})),
-        ("not JSON", b"{oops"),
-    ]
-
-
-def _run_one(payload: bytes, side: RequestSide, facts: ModelFacts, cache: VisionCache
-             ) -> dict[str, Any]:
-    start = time.perf_counter()
+def reachable(host: str, port: int, timeout: float = 2.0) -> bool:
     try:
-        admitted = admit(payload, side)
-        admitted_ms = (time.perf_counter() - start) * 1e3
-        t1 = time.perf_counter()
-        prepared = prepare_media(admitted.request, side.preflight, facts, cache)
-        media_ms = (time.perf_counter() - t1) * 1e3
-    except Exception as exc:  # every refusal goes through the one error mapping
-        err = wire_error(exc)
-        return {"status": "error", "error": {"code": err.code, "type": err.type,
-                                             "message": err.message}}
-    return {"status": "admitted", "admission_ms": round(admitted_ms, 2),
-            "media_ms": round(media_ms, 1), "budget": admitted.budget.to_json(),
-            "media": [{"path": p.path, "kind": p.kind, "cache_key": p.cache_key,
-                       "cache_hit": p.cache_hit,
-                       "pixel_values": list(p.pixels.pixel_values.shape) if p.pixels else None,
-                       "grid_thw": list(p.pixels.grid_thw) if p.pixels else None,
-                       "deepstack": p.features.has_deepstack if p.features else None}
-                      for p in prepared]}
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
 
 
-def _item_summary(item: dict[str, Any]) -> str:
-    size = f" {item['width']}x{item['height']}" if "width" in item else ""
-    resized = (f" -> {item['resized_width']}x{item['resized_height']}"
-               if "resized_width" in item else "")
-    return f"{item['kind']}{size}{resized} = {item['tokens']} tok"
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
-def _line(name: str, result: dict[str, Any]) -> str:
-    if result["status"] == "error":
-        e = result["error"]
-        return f"  x {name}\n      {e['code']} {e['type']}: {e['message']}"
-    budget = result["budget"]
-    items = "; ".join(_item_summary(i) for i in budget["items"])
-    return (f"  ok {name}\n      prompt {budget['prompt_tokens']} tokens (text "
-            f"{budget['text_tokens']}, vision {budget['vision_tokens']}: {items}); admission "
-            f"{result['admission_ms']} ms, media {result['media_ms']} ms")
+@contextlib.contextmanager
+def mosquitto_broker(binary: str, timeout: float = 10.0) -> Iterator[int]:
+    """A private mosquitto on 127.0.0.1 (free port, temp config, no persistence)."""
+    with tempfile.TemporaryDirectory(prefix="edgevlm-demo-") as tmp:
+        port = _free_port()
+        conf = Path(tmp) / "mosquitto.conf"
+        conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\n"
+                        "persistence false\nset_tcp_nodelay true\n"
+                        f"log_dest file {tmp}/mosquitto.log\n")
+        proc = subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + timeout
+            while not reachable("127.0.0.1", port, 0.5):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise OSError(f"mosquitto did not start on port {port}")
+                time.sleep(0.05)
+            yield port
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
 
 
-def run_demo(json_output: bool = False, out: Callable[[str], None] | None = None) -> int:
-    write = out or (lambda s: sys.stdout.write(s + "\n"))
-    config = Config()
-    family = get_family(config.model.family)
-    side = RequestSide(config.limits.request_limits(), PreflightContext(
-        family=family, context_length=config.model.context, tokenizer=ByteCountTokenizer(),
-        media=config.media.policy(), mm=config.limits.limit_mm_per_prompt,
-        max_pixels=config.model.max_pixels, min_pixels=config.model.min_pixels))
-    facts = ModelFacts("demo-request-side", DEMO_HIDDEN, DEMO_DEEPSTACK)
-    cache = VisionCache(config.cache.max_bytes, model_fingerprint=facts.fingerprint)
-    if not json_output:
-        write("edgevlm demo — the request side (no model loaded yet: text is counted as UTF-8 "
-              "bytes, an upper bound)")
-        write(f"context {config.model.context} tokens, max_pixels {config.model.max_pixels}, "
-              f"limits {config.limits.limit_mm_per_prompt.to_json()}")
-    for name, payload in sample_requests():
-        result = _run_one(payload, side, facts, cache)
-        write(json.dumps({"sample": name, **result}) if json_output else _line(name, result))
-    return 0
+@contextlib.contextmanager
+def embedded_broker() -> Iterator[int]:
+    from .mqtt.embedded_broker import EmbeddedBroker
+
+    broker = EmbeddedBroker("127.0.0.1", 0)
+    try:
+        yield broker.start()
+    finally:
+        broker.stop()
+
+
+@contextlib.contextmanager
+def private_broker(kind: BrokerKind) -> Iterator[tuple[str, int]]:
+    """(description, port) of a private broker of ``kind`` ("auto": mosquitto if present)."""
+    binary = mosquitto_binary() if kind != "embedded" else None
+    if kind == "mosquitto" and binary is None:
+        raise OSError("--broker-kind mosquitto: no mosquitto binary on this machine")
+    with contextlib.ExitStack() as stack:
+        port: int | None = None
+        if binary is not None:
+            try:
+                port = stack.enter_context(mosquitto_broker(binary))
+                what = f"private mosquitto ({binary})"
+            except OSError as exc:
+                if kind == "mosquitto":
+                    raise
+                log.warning("%s; using the embedded broker", exc)
+        if port is None:
+            port = stack.enter_context(embedded_broker())
+            what = "private embedded broker (pure Python)"
+        yield what, port
+
+
+# --------------------------------------------------------------------------- the run
+
+
+class Printer:
+    def __init__(self, json_output: bool, out: Callable[[str], None]) -> None:
+        self.json, self.out = json_output, out
+
+    def note(self, text: str) -> None:
+        if not self.json:
+            self.out(text)
+
+    def result(self, index: int, total: int, sample: Sample, record: dict[str, Any]) -> None:
+        if self.json:
+            self.out(json.dumps(record, ensure_ascii=False))
+            return
+        where = "camera topic" if sample.via == "camera" else "describe request"
+        self.out(f"[{index}/{total}] {sample.name} ({sample.image.name}, {where}): "
+                 f"{sample.prompt}")
+        if record["status"] == "ok":
+            m = record["metrics"]
+            self.out(f"      -> {record['text']}")
+            self.out(f"         {record['model']} · total {m.get('total_ms', 0):.0f} ms · "
+                     f"ttft {m.get('ttft_ms', 0):.0f} ms · encode {m.get('encode_ms', 0):.0f}"
+                     f" ms · round trip {record['round_trip_ms']:.0f} ms")
+        else:
+            self.out(f"      x  {record['error']}")
+        self.out(f"         (the scene shows: {sample.truth})")
+
+
+def _stdout_line(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def _record(sample: Sample, status: str, **fields: Any) -> dict[str, Any]:
+    return {"sample": sample.name, "image": sample.image.name, "via": sample.via,
+            "prompt": sample.prompt, "status": status, **fields, "truth": sample.truth}
+
+
+def _ask_sample(client: DescribeClient, sample: Sample, timeout: float) -> dict[str, Any]:
+    start = time.perf_counter()
+    request = describe_request(sample.prompt, [image_part(sample.image.read_bytes())],
+                               max_tokens=64, temperature=0.0)
+    try:
+        answer = client.ask(request, NODE_ID, timeout)
+    except NoAnswer as exc:
+        return _record(sample, "timeout", error=str(exc))
+    round_trip = (time.perf_counter() - start) * 1e3
+    if answer.get("status") != "ok":
+        err = answer.get("error") or {}
+        return _record(sample, "error", error=f"{err.get('type')}: {err.get('message')}",
+                       round_trip_ms=round(round_trip, 1))
+    data = answer["data"]
+    return _record(sample, "ok", text=data["text"], model=data["model"],
+                   metrics=data["metrics"], usage=data.get("usage"),
+                   round_trip_ms=round(round_trip, 1))
+
+
+def _camera_sample(client: DescribeClient, config: Config, sample: Sample, timeout: float
+                   ) -> dict[str, Any]:
+    topics = Topics(config.mqtt.base_topic, NODE_ID)
+    got: list[dict[str, Any]] = []
+    arrived = threading.Event()
+
+    def on_description(msg: paho.MQTTMessage) -> None:
+        with contextlib.suppress(ValueError):
+            body = json.loads(msg.payload)
+            if not msg.retain and isinstance(body, dict):  # not an old one kept by the broker
+                got.append(body)
+                arrived.set()
+
+    client.watch(topics.camera(sample.camera, "description"), on_description, timeout)
+    start = time.perf_counter()
+    client.publish(topics.camera(sample.camera, "image"), sample.image.read_bytes())
+    if not arrived.wait(timeout):
+        return _record(sample, "timeout", error=f"no description within {timeout:g} s")
+    body = got[0]
+    return _record(sample, "ok", text=body.get("text"), model=body.get("model"),
+                   metrics=body.get("metrics") or {},
+                   round_trip_ms=round((time.perf_counter() - start) * 1e3, 1))
+
+
+def demo_config(host: str, port: int, threads: int, base: Config | None) -> Config:
+    overrides: dict[str, Any] = {
+        "mqtt.host": host, "mqtt.port": port, "mqtt.node_id": NODE_ID,
+        "mqtt.client_id": f"edgevlm-demo-{port}", "mqtt.clean_start": True,
+        "mqtt.session_expiry_s": 0, "homeassistant.discovery": False,
+        "zeroconf.enabled": False, "model.path": None, "model.threads": threads,
+        "model.context": 2048,
+    }
+    for sample in load_samples():
+        if sample.via == "camera":
+            overrides[f"cameras.{sample.camera}.prompt"] = sample.prompt
+    if base is None:
+        return default_config(env=None, overrides=overrides)
+    data = base.model_dump(mode="python")
+    mqtt = {f"mqtt.{k}": data["mqtt"][k] for k in ("username", "password", "tls", "base_topic")}
+    return default_config(env=None, overrides={**mqtt, **overrides})
+
+
+def run_demo(json_output: bool = False, out: Callable[[str], None] | None = None, *,
+             broker: tuple[str, int] | None = None, config_file: str | None = None,
+             broker_kind: BrokerKind = "auto", threads: int = 2, timeout: float = 60.0) -> int:
+    printer = Printer(json_output, out or _stdout_line)
+    base: Config | None = None
+    if config_file is not None:
+        try:
+            base = load_config(config_file)
+        except ConfigError as exc:
+            print(exc, file=sys.stderr)
+            return 2
+        if broker is None and base.mqtt.host:
+            broker = (base.mqtt.host, base.mqtt.port)
+    with contextlib.ExitStack() as stack:
+        if broker is not None and broker_kind == "auto" and reachable(*broker):
+            host, port = broker
+            printer.note(f"edgevlm demo: using the broker at {host}:{port}")
+        else:
+            if broker is not None:
+                printer.note(f"edgevlm demo: no broker answers at {broker[0]}:{broker[1]}; "
+                             "starting a private one")
+            try:
+                what, port = stack.enter_context(private_broker(broker_kind))
+            except OSError as exc:
+                print(f"edgevlm demo: {exc}", file=sys.stderr)
+                return 3
+            host = "127.0.0.1"
+            printer.note(f"edgevlm demo: {what} on {host}:{port}, stopped on exit")
+        return _run_against(host, port, demo_config(host, port, threads, base), printer,
+                            timeout)
+
+
+def _run_against(host: str, port: int, config: Config, printer: Printer, timeout: float
+                 ) -> int:
+    from .service import Service
+
+    samples = load_samples()
+    t0 = time.perf_counter()
+    printer.note(f"edgevlm demo: loading the bundled model {demo_model_dir().name} ...")
+    service = Service(config)
+    try:
+        service.start()
+        took_ms = (time.perf_counter() - t0) * 1e3
+        printer.note(f"edgevlm demo: daemon online as {config.mqtt.base_topic}/{NODE_ID} "
+                     f"after {took_ms:.0f} ms (model loaded, subscriptions confirmed)")
+        answered = 0
+        mqtt = config.mqtt
+        with DescribeClient(host, port, base_topic=mqtt.base_topic, username=mqtt.username,
+                            password=mqtt.password, tls=mqtt.tls) as client:
+            client.connect(timeout)
+            for i, sample in enumerate(samples, 1):
+                if sample.via == "camera":
+                    record = _camera_sample(client, config, sample, timeout)
+                else:
+                    record = _ask_sample(client, sample, timeout)
+                answered += record["status"] == "ok"
+                printer.result(i, len(samples), sample, record)
+    except (BrokerUnavailable, TimeoutError) as exc:
+        print(f"edgevlm demo: {exc}", file=sys.stderr)
+        return 3
+    finally:
+        service.stop("demo finished")
+    printer.note(f"edgevlm demo: {answered}/{len(samples)} samples answered")
+    return 0 if answered == len(samples) else 1

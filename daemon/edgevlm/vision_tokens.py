@@ -94,17 +94,18 @@ def decode_vision_tokens(payload: VisionTokensPayload, hidden_size: int, deepsta
     for field, text, want, formula in fields:
         _check_base64_length(field, text, want, formula)
 
-    main = _decode_rows(*fields[0], dtype, n, row_values)
     if packed:
+        main = _decode_rows(*fields[0], np.empty((n, row_values), dtype=_wire_dtype(dtype)))
         embeddings, deepstack = _split_packed(fields[0][0], main, n, d, k)
     else:
-        embeddings = np.ascontiguousarray(main, dtype=np.float32)  # f32: a view, no copy
+        # Decoded straight into the float32 arrays when the wire is float32 (no copies).
+        embeddings = _decode_as_f32(*fields[0], dtype, np.empty((n, d), dtype=np.float32))
         _check_finite(fields[0][0], embeddings)
         deepstack = None
         if payload.ds_b64:
             deepstack = np.empty((len(payload.ds_b64), n, d), dtype=np.float32)
             for i, ds_field in enumerate(fields[1:]):
-                deepstack[i] = _decode_rows(*ds_field, dtype, n, d)
+                _decode_as_f32(*ds_field, dtype, deepstack[i])
                 _check_finite(ds_field[0], deepstack[i])
     features = VisionFeatures(embeddings=embeddings, deepstack=deepstack, grid=grid)
     logger.info("vision_tokens client-preprocess n=%d d=%d ds=%d grid=[%d,%d,%d]",
@@ -205,16 +206,28 @@ def _check_base64_length(field: str, text: str, want: int, formula: str) -> None
                               f"got {strict_base64.decoded_length(text)}")
 
 
-def _decode_rows(field: str, text: str, want: int, formula: str, dtype: str, n: int,
-                 width: int) -> np.ndarray[Any, np.dtype[Any]]:
-    """[n, width] array of the wire dtype over the decoded bytes (no copy)."""
+def _decode_rows(field: str, text: str, want: int, formula: str,
+                 rows: np.ndarray[Any, np.dtype[Any]]) -> np.ndarray[Any, np.dtype[Any]]:
+    """``rows`` (a C-contiguous array of ``want`` bytes) filled with the decoded bytes."""
     try:
-        raw = strict_base64.decode(text)
+        written = strict_base64.decode_into(text, rows)
     except strict_base64.Base64Error as exc:
         raise InvalidVisionTokens(f"{field}: not strict base64 ({exc})") from None
-    if len(raw) != want:  # pragma: no cover - _check_base64_length already proved the size
-        raise InvalidVisionTokens(f"{field}: expected {want} bytes ({formula}), got {len(raw)}")
-    return np.frombuffer(raw, dtype=_wire_dtype(dtype)).reshape(n, width)
+    if written != want:  # pragma: no cover - _check_base64_length already proved the size
+        raise InvalidVisionTokens(f"{field}: expected {want} bytes ({formula}), got {written}")
+    return rows
+
+
+def _decode_as_f32(field: str, text: str, want: int, formula: str, dtype: str,
+                   out: FloatArray) -> FloatArray:
+    """``out`` (float32 [n, d], C-contiguous) filled from base64 rows of the wire ``dtype``:
+    decoded in place when the wire is this machine's float32, else widened from a scratch."""
+    wire = _wire_dtype(dtype)
+    if wire == out.dtype:
+        _decode_rows(field, text, want, formula, out)
+    else:
+        out[...] = _decode_rows(field, text, want, formula, np.empty(out.shape, dtype=wire))
+    return out
 
 
 def _check_finite(field: str, rows: FloatArray, first_column: int = 0) -> None:

@@ -34,7 +34,8 @@ typedef enum edgevlm_status {
     EDGEVLM_ERR_NOMEM = 5,         /* an allocation failed */
     EDGEVLM_ERR_CONTEXT_FULL = 6,  /* the KV cache has no room for the tokens */
     EDGEVLM_ERR_CANCELLED = 7,     /* edgevlm_session_cancel() stopped the call */
-    EDGEVLM_ERR_NO_VISION = 8      /* an image call on a model loaded without an mmproj file */
+    EDGEVLM_ERR_NO_VISION = 8,     /* an image call on a model loaded without an mmproj file */
+    EDGEVLM_ERR_INVALID_INPUT = 9  /* malformed input data (e.g. not strict base64) */
 } edgevlm_status;
 
 typedef enum edgevlm_kv_type {
@@ -192,6 +193,27 @@ edgevlm_status edgevlm_decode(edgevlm_session *session, int32_t token, int32_t p
 edgevlm_status edgevlm_sample(edgevlm_session *session, float *logits,
                               const edgevlm_sampling *params, const int32_t *history,
                               int64_t n_history, int32_t *out_token);
+
+/* ---- base64 --------------------------------------------------------------------------- */
+
+/* Decodes strict base64: the standard alphabet (A-Z a-z 0-9 + /), a length that is a multiple
+ * of 4, '=' only as the last character after 3 data characters of its group or as the last two
+ * after 2; no whitespace, no URL-safe alphabet. Exactly what CPython's
+ * binascii.a2b_base64(strict_mode=True) accepts on such lengths, with the same bytes: the
+ * unused low bits of the last data character are ignored, as there. No allocation,
+ * thread-safe; out holds garbage after a failure.
+ *   text           char [text_len] (need not be NUL-terminated; NULL when text_len == 0)
+ *   out            uint8 [out_cap]; *out_len = the decoded length
+ *   kernels        edgevlm_kernel_mode: the CPU's best SIMD decoder, or the scalar reference
+ * EDGEVLM_ERR_INVALID_INPUT: not strict base64; *error_offset = the offset of the first
+ *   character that cannot be where it is (text_len when the length is not a multiple of 4).
+ * EDGEVLM_ERR_ARGUMENT: a NULL, an unknown mode, or out_cap too small (*out_len = the room
+ *   needed). */
+edgevlm_status edgevlm_base64_decode(const char *text, size_t text_len, uint8_t *out,
+                                     size_t out_cap, int32_t kernels, size_t *out_len,
+                                     size_t *error_offset);
+/* The decoder edgevlm_base64_decode runs in mode `kernels`: "scalar", "avx2" or "neon". */
+const char *edgevlm_base64_kernels(int32_t kernels);
 
 /* A short static description of the build: version, SIMD paths compiled in. */
 const char *edgevlm_build_info(void);

@@ -1,15 +1,16 @@
-"""The request-side commands: tokens, schema, demo."""
+"""The commands that need no broker: tokens, schema, serve/ask/encode argument handling."""
 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from edgevlm.cli import main
+from edgevlm.cli import build_parser, main
 from tests.helpers import image_bytes
 
 
@@ -53,16 +54,88 @@ def test_schema_command_matches_the_committed_copy(capsys: pytest.CaptureFixture
     assert run_json(capsys, "schema") == json.loads(committed.read_text())
 
 
-def test_demo_runs_every_sample_and_reports_each_outcome() -> None:
-    proc = subprocess.run([sys.executable, "-m", "edgevlm", "demo", "--json"],
-                          capture_output=True, text=True, timeout=120, check=True)
-    lines = [json.loads(line) for line in proc.stdout.splitlines()]
-    outcome = {line["sample"]: line.get("error", {}).get("type", line["status"])
-               for line in lines}
-    assert outcome["front door, 1280x720 JPEG"] == "admitted"
-    assert outcome["vision_tokens n=4 d=2048 ds=3"] == "admitted"
-    assert outcome["5 images (limit 4)"] == "mm_limit_exceeded"
-    assert outcome["truncated JPEG"] == "unsupported_media"
-    assert outcome["3333x2500 with max_tokens 4000"] == "context_length_exceeded"
-    assert outcome["not JSON"] == "invalid_request"
-    assert len(lines) == 12
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_serve_flags_become_dotted_config_overrides() -> None:
+    from edgevlm.cli_mqtt import serve_overrides
+
+    args = build_parser().parse_args([
+        "serve", "--mqtt-host", "broker.lan", "--mqtt-port", "8883", "--node-id", "garage",
+        "--threads", "2", "--no-discovery", "--set", "limits.max_queue=3",
+        "--set", "cameras.door.prompt=Who is at the {camera}?"])
+    assert serve_overrides(args) == {
+        "mqtt.host": "broker.lan", "mqtt.port": 8883, "mqtt.node_id": "garage",
+        "model.threads": 2, "homeassistant.discovery": False, "limits.max_queue": 3,
+        "cameras.door.prompt": "Who is at the {camera}?"}
+
+
+def test_serve_refuses_a_bad_config_before_starting(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "edgevlm.yaml"
+    bad.write_text("mqtt:\n  port: 99999\n")
+    assert main(["serve", "-c", str(bad)]) == 2
+    assert "mqtt.port" in capsys.readouterr().err
+    assert main(["serve", "--set", "nokey"]) == 2
+
+
+def test_ask_exit_codes_for_usage_and_for_no_broker(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["ask", "--image", str(tmp_path / "missing.jpg"), "hi"]) == 2
+    assert main(["ask", "--broker", "127.0.0.1:0", "hi"]) == 2
+    assert main(["ask", "--broker", f"127.0.0.1:{_free_port()}", "--node", "n", "--timeout",
+                 "3", "hi"]) == 3
+    assert "cannot reach the broker" in capsys.readouterr().err
+
+
+def test_encode_writes_a_vision_tokens_payload_the_model_accepts(tmp_path: Path) -> None:
+    from edgevlm.demo import load_samples
+    from edgevlm.engine import Engine
+    from edgevlm.models import demo_model_dir
+    from edgevlm.protocol import VisionTokensPayload
+    from edgevlm.vision_tokens import decode_vision_tokens
+
+    out = tmp_path / "door.json"
+    image = load_samples()[0].image
+    assert main(["encode", str(image), "-o", str(out), "--threads", "1"]) == 0
+    payload = VisionTokensPayload.model_validate(json.loads(out.read_text()))
+    engine = Engine.load(demo_model_dir(), threads=1, context=256)
+    features = decode_vision_tokens(payload, engine.facts.hidden_size,
+                                    engine.facts.deepstack_layers)
+    assert features.grid == engine.encode_image(image).grid
+    assert main(["encode", str(tmp_path / "missing.jpg"), "-o", str(out)]) == 1
+
+
+def test_demo_samples_exist_and_are_images() -> None:
+    from edgevlm.demo import load_samples
+    from edgevlm.sources import image_kind
+
+    samples = load_samples()
+    assert 4 <= len(samples) <= 6
+    assert all(image_kind(s.image.read_bytes()) for s in samples)
+    assert {s.via for s in samples} == {"request", "camera"}
+
+
+def test_demo_help_lists_the_broker_choices() -> None:
+    proc = subprocess.run([sys.executable, "-m", "edgevlm", "demo", "--help"],
+                          capture_output=True, text=True, timeout=60, check=True)
+    assert "--broker-kind" in proc.stdout and "embedded" in proc.stdout
+
+
+def test_demo_config_keeps_the_broker_login_and_never_announces_itself(tmp_path: Path) -> None:
+    from edgevlm.config import load_config
+    from edgevlm.demo import NODE_ID, demo_config
+
+    path = tmp_path / "edgevlm.yaml"
+    path.write_text("mqtt:\n  host: broker.lan\n  username: cam\n  password: s3cret\n"
+                    "  base_topic: home/vlm\nmodel:\n  path: /nowhere\n")
+    config = demo_config("127.0.0.1", 1884, 1, load_config(path, env=None))
+    assert (config.mqtt.host, config.mqtt.port) == ("127.0.0.1", 1884)
+    assert (config.mqtt.username, config.mqtt.password) == ("cam", "s3cret")
+    assert config.mqtt.base_topic == "home/vlm" and config.mqtt.node_id == NODE_ID
+    assert config.model.path is None  # always the bundled demo model
+    assert not config.homeassistant.discovery and not config.zeroconf.enabled
+    assert config.cameras  # the camera-topic sample has its camera

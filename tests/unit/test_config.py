@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import get_args
 
 import pytest
+from pydantic import BaseModel
 
 from edgevlm.cli import main
-from edgevlm.config import ConfigError, load_config
+from edgevlm.config import (
+    CameraConfig,
+    Config,
+    ConfigError,
+    TLSConfig,
+    default_config,
+    load_config,
+    sanitise_node_id,
+)
 
 REPO = Path(__file__).parents[2]
 
@@ -82,3 +93,168 @@ def test_check_config_command_exit_codes(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["check-config", str(write(tmp_path, "model:\n  threads: 2\n"))]) == 0
     assert main(["check-config", str(write(tmp_path, "model:\n  threads: -2\n"))]) == 2
     assert "model.threads = -2 (line 2)" in capsys.readouterr().err
+
+
+# --- sources: !secret, !env, environment variables, overrides --------------------------------
+
+def test_secret_and_env_tags_are_resolved_and_redacted(tmp_path: Path) -> None:
+    (tmp_path / "secrets.yaml").write_text('mqtt_password: "0123"\nbroker_port: "8883"\n')
+    path = write(tmp_path, """mqtt:
+  host: !env BROKER_HOST
+  port: !secret broker_port
+  username: edgevlm
+  password: !secret mqtt_password
+  tls:
+    key: /etc/edgevlm/client.key
+""")
+    config = load_config(path, env={"BROKER_HOST": "10.0.0.2"})
+    assert (config.mqtt.host, config.mqtt.port, config.mqtt.password) == ("10.0.0.2", 8883, "0123")
+    shown = config.redacted()["mqtt"]
+    assert shown["password"] == "***" and shown["tls"]["key"] == "***"
+    assert shown["port"] == "***"  # came from a !secret
+    assert shown["username"] == "edgevlm" and shown["host"] == "10.0.0.2"
+    assert "0123" not in repr(config.redacted())
+
+
+def test_missing_secret_and_env_are_named_with_their_line(tmp_path: Path) -> None:
+    (tmp_path / "secrets.yaml").write_text("other: x\n")
+    path = write(tmp_path, "mqtt:\n  host: !env NO_SUCH_VAR\n  password: !secret mqtt_pw\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={})
+    assert info.value.problems == [
+        "!env NO_SUCH_VAR (line 2): the environment variable NO_SUCH_VAR is not set",
+        f"!secret mqtt_pw (line 3): no secret named 'mqtt_pw' in {tmp_path / 'secrets.yaml'}",
+    ]
+
+
+def test_secret_without_secrets_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"!secret pw \(line 2\): cannot read"):
+        load_config(write(tmp_path, "mqtt:\n  password: !secret pw\n"), env={})
+
+
+def test_environment_overrides_the_file_and_flags_override_both(tmp_path: Path) -> None:
+    path = write(tmp_path, "mqtt:\n  host: from-file\n  port: 1884\nlimits:\n  max_queue: 3\n")
+    env = {"EDGEVLM_MQTT__HOST": "from-env", "EDGEVLM_LIMITS__MAX_QUEUE": "5",
+           "EDGEVLM_MEDIA__FORMATS": "[JPEG, PNG]", "EDGEVLM_MQTT__SHARED_GROUP": "null",
+           "EDGEVLM_MQTT__PASSWORD": "0123", "EDGEVLM_VENV": "/not/config"}
+    config = load_config(path, env=env, overrides={"limits.max_queue": 7})
+    assert config.mqtt.host == "from-env" and config.mqtt.port == 1884
+    assert config.limits.max_queue == 7
+    assert config.media.formats == ["JPEG", "PNG"]
+    assert config.mqtt.shared_group is None
+    assert config.mqtt.password == "0123"  # scalars stay text: no octal, no int
+    assert load_config(path, env=None).mqtt.host == "from-file"
+
+
+def test_bad_values_from_env_and_flags_say_where_they_came_from(tmp_path: Path) -> None:
+    path = write(tmp_path, "mqtt:\n  port: 1883\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={"EDGEVLM_MQTT__PORT": "abc", "EDGEVLM_MQTT__HOTS": "x"},
+                    overrides={"cameras.front.max_tokens": 0})
+    problems = info.value.problems
+    assert any(p.startswith("mqtt.port = 'abc' (from env EDGEVLM_MQTT__PORT): ")
+               for p in problems)
+    assert ("mqtt.hots = 'x' (from env EDGEVLM_MQTT__HOTS): unknown key; check the spelling "
+            "against etc/edgevlm.yaml") in problems
+    assert ("cameras.front.max_tokens = 0 (from override cameras.front.max_tokens): Input "
+            "should be greater than or equal to 1") in problems
+    assert len(problems) == 3
+
+
+def test_default_config_runs_without_a_file() -> None:
+    config = default_config(env={"EDGEVLM_MQTT__HOST": "broker"}, overrides={"mqtt.port": 1})
+    assert (config.mqtt.host, config.mqtt.port) == ("broker", 1)
+    assert config.homeassistant.form == "device" and config.zeroconf.enabled
+    assert config.cameras == {} and config.limits.dedupe_window_s == 600
+    with pytest.raises(ConfigError, match=r"defaults \(no config file\)"):
+        default_config(env={}, overrides={"zeroconf.enabled": "maybe"})
+
+
+# --- new sections ----------------------------------------------------------------------------
+
+def test_node_and_client_id_default_from_the_host_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("socket.gethostname", lambda: "Garage Pi.local")
+    config = default_config(env={})
+    assert config.mqtt.resolved_node_id() == "Garage_Pi"
+    assert config.mqtt.resolved_client_id() == "edgevlm-Garage_Pi"
+    named = default_config(env={}, overrides={"mqtt.node_id": "n1", "mqtt.client_id": "c"})
+    assert (named.mqtt.resolved_node_id(), named.mqtt.resolved_client_id()) == ("n1", "c")
+    assert sanitise_node_id("...") == "edgevlm"
+
+
+def test_cameras_are_validated(tmp_path: Path) -> None:
+    path = write(tmp_path, """cameras:
+  front_door:
+    frigate: true
+    labels: [person]
+    label_prompts:
+      person: "Who is at the {camera}? ({label})"
+  "bad/name": {}
+  back:
+    prompt: "Describe {thing}"
+    frigate_events: [finish]
+""")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={})
+    problems = info.value.problems
+    assert any(p.startswith("cameras.bad/name") and "(line 7)" in p for p in problems)
+    assert any(p.startswith("cameras.back.prompt = 'Describe {thing}' (line 9): unknown "
+                            "placeholder {thing}") for p in problems)
+    assert any(p.startswith("cameras.back.frigate_events.0 = 'finish' (line 10)")
+               for p in problems)
+    assert len(problems) == 3
+    ok = load_config(write(tmp_path, "cameras:\n  front_door:\n    frigate: true\n"), env={})
+    cam = ok.cameras["front_door"]
+    assert cam.enabled and cam.topic is None and cam.frigate_events == ["end"]
+    assert cam.labels is None and cam.max_tokens == 64 and "{camera}" in cam.prompt
+
+
+def test_tls_true_means_tls_with_system_cas() -> None:
+    assert default_config(env={"EDGEVLM_MQTT__TLS": "true"}).mqtt.tls == TLSConfig()
+    assert default_config(env={}, overrides={"mqtt.tls": False}).mqtt.tls is None
+
+
+def _fields(model: type[BaseModel], prefix: str = "") -> list[str]:
+    out = []
+    for name, info in model.model_fields.items():
+        sub = [a for a in (info.annotation, *get_args(info.annotation))
+               if isinstance(a, type) and issubclass(a, BaseModel)]
+        out += _fields(sub[0], f"{prefix}{name}.") if sub else [f"{prefix}{name}"]
+    return out
+
+
+def test_example_config_mentions_every_field() -> None:
+    text = (REPO / "etc" / "edgevlm.yaml").read_text()
+    sections = dict(re.findall(r"^(\w+):(.*?)(?=^\w|\Z)", text, re.M | re.S))
+    keys = _fields(Config) + [f"cameras.{f}" for f in _fields(CameraConfig)]
+    missing = []
+    for dotted in keys:
+        section, _, rest = dotted.partition(".")
+        block = sections.get(section, "")
+        if rest and not re.search(rf"\b{rest.split('.')[-1]}:", block):
+            missing.append(dotted)
+        if not rest and section not in sections:
+            missing.append(dotted)
+    assert missing == []
+    assert len(keys) > 50
+
+
+def test_configuration_reference_documents_every_field() -> None:
+    text = (REPO / "docs" / "configuration.md").read_text()
+    keys = [k for k in _fields(Config) if not k.startswith("cameras")]
+    keys += [f"cameras.<name>.{f}" for f in _fields(CameraConfig)]
+    missing = [k for k in keys if f"`{k}`" not in text]
+    assert missing == [] and len(keys) > 45
+
+
+def test_backoff_order_and_camera_topic_filters(tmp_path: Path) -> None:
+    path = write(tmp_path, "mqtt:\n  reconnect_min_s: 10\n  reconnect_max_s: 2\n"
+                 "cameras:\n  a:\n    topic: cams/x+/image\n  b:\n    topic: cams/+/#\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={})
+    problems = info.value.problems
+    assert any(p.startswith("mqtt = ") and "(line 1)" in p and "reconnect_max_s (2) is below"
+               in p for p in problems), problems
+    assert any(p.startswith("cameras.a.topic = 'cams/x+/image' (line 6): not a valid MQTT")
+               for p in problems), problems
+    assert len(problems) == 2

@@ -227,15 +227,20 @@ def test_features_of_another_hidden_size_are_rejected(wire: dict[str, Any]) -> N
 
 @pytest.fixture
 def decoded_lengths(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Lengths of every text handed to strict_base64.decode during the test."""
+    """Lengths of every text handed to strict_base64.decode or decode_into during the test."""
     lengths: list[int] = []
-    real = strict_base64.decode
+    real, real_into = strict_base64.decode, strict_base64.decode_into
 
     def spy(text: str | bytes) -> bytes:
         lengths.append(len(text))
         return real(text)
 
+    def spy_into(text: str | bytes, out: Any) -> int:
+        lengths.append(len(text))
+        return real_into(text, out)
+
     monkeypatch.setattr(strict_base64, "decode", spy)
+    monkeypatch.setattr(strict_base64, "decode_into", spy_into)
     return lengths
 
 

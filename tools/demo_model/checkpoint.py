@@ -33,7 +33,7 @@ from tools.demo_model.scenes import task_texts  # noqa: E402
 
 MODEL_NAME = "qwen3vl-demo"
 
-# Text 128 wide x 4 layers (GQA 2:1, head 32, SwiGLU 256), ViT 64 wide x 4 blocks with a
+# Text 128 wide x 4 layers (GQA 2:1, head 32, SwiGLU 256), ViT 128 wide x 4 blocks with a
 # DeepStack tap after each of the first three, patch 16, merge 2, a 16x16 learned position grid.
 # Pixel bounds: a 480x320 scene becomes 128x192 (24 vision tokens), a 96x96 one 128x128 (16),
 # nothing is over 32 tokens; a 4-frame clip of up to 224x128 keeps its size (2 groups of up
@@ -42,7 +42,7 @@ SPEC = tiny.TinySpec(
     name=MODEL_NAME, seed=4004, hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2,
     head_dim=32, intermediate_size=256, mrope_section=(6, 5, 5), tied=True,
     bpe_vocab_size=400, vocab_padding=22,
-    vision_hidden_size=64, vision_depth=4, vision_heads=2, vision_intermediate_size=256,
+    vision_hidden_size=128, vision_depth=4, vision_heads=4, vision_intermediate_size=512,
     num_position_embeddings=256, deepstack_visual_indexes=(0, 1, 2),
     image_min_pixels=16_384, image_max_pixels=32_768,
     video_min_pixels=16_384, video_max_pixels=131_072)

@@ -13,7 +13,7 @@ and reports the share of exactly right answers (overall and per task) for each, 
 edgevlm F32 answers are token-for-token identical to transformers'. The JSON report goes to
 standard output and, with ``--report``, to a file.
 
-Usage: ``python tools/demo_model/evaluate.py [--hf build/demo_model/hf]
+Usage: ``python tools/demo_model/evaluate.py [--hf tests/e2e/fixtures/qwen3vl-demo]
 [--gguf daemon/edgevlm/models/qwen3vl-demo]``.
 """
 
@@ -41,7 +41,7 @@ from tools.demo_model.scenes import TEST_SEED, Item, make_item  # noqa: E402
 
 MAX_TOKENS = 32
 DEFAULT_GGUF = REPO / "daemon" / "edgevlm" / "models" / "qwen3vl-demo"
-DEFAULT_HF = REPO / "build" / "demo_model" / "hf"
+DEFAULT_HF = REPO / "tests" / "e2e" / "fixtures" / "qwen3vl-demo"
 
 
 @dataclass(frozen=True)

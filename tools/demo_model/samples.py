@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from transformers.video_utils import VideoMetadata
 
-from tools.demo_model.scenes import VIDEO_FPS, Episode, Item
+from tools.demo_model.scenes import KINDS, PLURALS, VIDEO_FPS, Episode, Item, token_labels
 
 IGNORE = -100
 
@@ -136,6 +136,8 @@ class PackedSample:
     image_grid_thw: torch.Tensor | None
     pixel_values_videos: torch.Tensor | None
     video_grid_thw: torch.Tensor | None
+    vision_labels: torch.Tensor | None = None  # [image tokens, 3] kind, colour, slot
+    kind_marks: tuple[tuple[int, int, int], ...] = ()  # (branch, token in branch, class)
 
     @property
     def length(self) -> int:
@@ -176,15 +178,59 @@ def encode_episode(episode: Episode, processor: Any, im_end: int,
     ids = first.prompt_ids
     cut = int((ids == vision_end).nonzero().max()) + 1
     branches = []
+    marks = []
     for k in range(len(episode.questions)):
         item = episode.item(k)
         question = tokens.question(item)
         if k == 0 and question != tuple(ids[cut:].tolist()):
             raise RuntimeError("the question tokens differ from the processor's")
         branches.append((question, tokens.answer(item.answer)))
+        mark = kind_mark(episode, item.prompt, question, tokens)
+        if mark is not None:
+            marks.append((k, *mark))
     return PackedSample(ids[:cut], first.mm_token_type_ids[:cut], tuple(branches),
                         tuple(q[0] for q in episode.questions), first.pixel_values,
-                        first.image_grid_thw, first.pixel_values_videos, first.video_grid_thw)
+                        first.image_grid_thw, first.pixel_values_videos, first.video_grid_thw,
+                        vision_labels(episode, first.image_grid_thw), tuple(marks))
+
+
+_KIND_WORDS = {**{k: k for k in KINDS}, **{PLURALS.get(k, k + "s"): k for k in KINDS}}
+
+
+def kind_mark(episode: Episode, prompt: str, question: tuple[int, ...],
+              tokens: BranchTokens) -> tuple[int, int] | None:
+    """For a question naming a kind: (the index of the kind word's last token in the
+    question, the class the trainer's question probe predicts there) — the count of that
+    kind in the image (0-3), or for two images 4 / 5 if the first / second has it."""
+    words = prompt.rstrip("?").split()
+    found = [(i, w) for i, w in enumerate(words) if w in _KIND_WORDS]
+    if not found or not episode.scenes:
+        return None
+    i, word = found[0]
+    kind = _KIND_WORDS[word]
+    if len(episode.scenes) == 2:
+        label = 4 if kind in episode.scenes[0].kinds() else 5
+    else:
+        label = episode.scenes[0].kinds().count(kind)
+    prefix = tokens.processor.tokenizer.encode(" ".join(words[:i + 1]),
+                                               add_special_tokens=False)
+    if tuple(prefix) != question[:len(prefix)]:
+        raise RuntimeError(f"cannot find the kind word of {prompt!r} in its tokens")
+    return len(prefix) - 1, label
+
+
+def vision_labels(episode: Episode, grid_thw: torch.Tensor | None) -> torch.Tensor | None:
+    """Per merged image token (the merger's row order: t, then rows, then columns of 2x2
+    blocks), the (kind, colour) class of the object in its slot; ``None`` for a clip."""
+    if grid_thw is None or len(episode.scenes) != grid_thw.shape[0]:
+        return None
+    rows = []
+    for scene, (t, h, w) in zip(episode.scenes, grid_thw.tolist(), strict=True):
+        columns = w // 2
+        slots = [min(2, (6 * c + 3) // (2 * columns)) for c in range(columns)] * (h // 2)
+        rows += [(k, c, s) for (k, c), s in
+                 zip(token_labels(scene, h // 2, columns), slots, strict=True)] * t
+    return torch.tensor(rows, dtype=torch.long)
 
 
 def collate_packed(samples: Sequence[PackedSample], pad_id: int) -> dict[str, torch.Tensor]:
@@ -212,10 +258,22 @@ def collate_packed(samples: Sequence[PackedSample], pad_id: int) -> dict[str, to
     out: dict[str, torch.Tensor] = {"input_ids": ids, "mm_token_type_ids": mm,
                                     "labels": labels, "branch": branch, "offset": offset,
                                     "prefix_len": prefix_len}
+    marks = []  # (row, position, class) of each kind word
+    for b, s in enumerate(samples):
+        starts = [int(s.prefix_ids.shape[0])]
+        for question, answer in s.branches:
+            starts.append(starts[-1] + len(question) + len(answer))
+        marks += [(b, starts[k] + at, label) for k, at, label in s.kind_marks]
+    out["kind_marks"] = torch.tensor(marks, dtype=torch.long).reshape(-1, 3)
     for key in ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw"):
         parts = [getattr(s, key) for s in samples if getattr(s, key) is not None]
         if parts:
             out[key] = torch.cat(parts)
+    if "image_grid_thw" in out:  # aligned with the merger's image rows; IGNORE if unknown
+        out["vision_labels"] = torch.cat([
+            s.vision_labels if s.vision_labels is not None else
+            torch.full((int(s.image_grid_thw.prod(-1).sum()) // 4, 3), IGNORE)
+            for s in samples if s.image_grid_thw is not None])
     return out
 
 
@@ -247,5 +305,6 @@ def packed_layout(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Ten
 def packed_forward(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     positions, mask = packed_layout(model, batch)
     inputs = {k: v for k, v in batch.items()
-              if k not in ("labels", "branch", "offset", "prefix_len")}
+              if k not in ("labels", "branch", "offset", "prefix_len", "vision_labels",
+                           "kind_marks")}
     return model(**inputs, attention_mask=mask, position_ids=positions).logits

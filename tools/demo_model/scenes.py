@@ -6,7 +6,7 @@ the same seed always gives the same pixels and the same answer (Pillow drawing +
 no fonts, no system state).
 
 A scene is a background (street, room or garden, tinted and noisy) and 1–3 objects, each a
-kind (person, car, package, cat, circle, square, triangle), a colour (red, green, blue, yellow,
+kind (person, car, package, cat, circle, triangle), a colour (red, green, blue, yellow,
 white, black) and a slot (left, centre, right; one object per slot), drawn with simple shapes
 on the ground line. Images come in several sizes and aspect ratios (96×96 … 480×320, portrait
 too); the model's own ``smart_resize`` brings them to its pixel bounds.
@@ -50,7 +50,7 @@ TRAIN_SEED = 1
 VALIDATION_SEED = 2
 TEST_SEED = 3
 
-KINDS = ("person", "car", "package", "cat", "circle", "square", "triangle")
+KINDS = ("person", "car", "package", "cat", "circle", "triangle")
 PLURALS = {"person": "people"}
 COLOURS: dict[str, tuple[int, int, int]] = {
     "red": (210, 40, 40), "green": (40, 160, 60), "blue": (40, 80, 210),
@@ -157,9 +157,18 @@ def _shade(rgb: tuple[int, int, int], factor: float) -> tuple[int, int, int]:
     return r, g, b
 
 
+Box = tuple[float, float, float, float]  # x0, y0, x1, y1 in pixels of the picture
+
+# (width, height) of each kind's bounding box, in units of the object's nominal size
+_EXTENT = {"person": (0.42, 1.0), "car": (1.0, 0.55), "package": (0.62, 0.55),
+           "cat": (0.96, 0.6), "circle": (0.62, 0.62), "square": (0.58, 0.58),
+           "triangle": (0.7, 0.62)}
+
+
 def _draw_object(draw: ImageDraw.ImageDraw, rng: np.random.Generator, obj: SceneObject,
-                 cx: float, ground: float, unit: float) -> None:
-    """One object standing on ``ground`` around ``cx``; ``unit`` is its nominal size."""
+                 cx: float, ground: float, unit: float) -> Box:
+    """One object standing on ``ground`` around ``cx``; ``unit`` is its nominal size.
+    Returns its bounding box."""
     c = _jitter(rng, COLOURS[obj.colour], 12)
     flip = bool(rng.integers(2))
 
@@ -226,6 +235,8 @@ def _draw_object(draw: ImageDraw.ImageDraw, rng: np.random.Generator, obj: Scene
         draw.polygon([(x0, y1), (cx, y0), (x1, y1)], fill=c)
     else:
         raise ValueError(f"unknown kind {obj.kind!r}")
+    ew, eh = _EXTENT[obj.kind]
+    return cx - ew * unit / 2, ground - eh * unit, cx + ew * unit / 2, ground
 
 
 @dataclass(frozen=True)
@@ -239,7 +250,7 @@ class _Layout:
 
 def _layout(scene: Scene, rng: np.random.Generator) -> _Layout:
     slot_w = scene.width / 3
-    unit = min(slot_w * 0.95, scene.height * 0.7) * float(rng.uniform(0.78, 1.0))
+    unit = min(slot_w * 0.95, scene.height * 0.8) * float(rng.uniform(0.88, 1.0))
     horizon = _BACKGROUNDS[scene.background][2] * scene.height
     ground = horizon + (scene.height - horizon) * float(rng.uniform(0.45, 0.8))
     ground = min(ground, scene.height - 2.0)
@@ -251,6 +262,12 @@ def render(scene: Scene, slot_positions: Sequence[float] | None = None,
            noise_seed: int | None = None) -> Image.Image:
     """The RGB picture of ``scene``. ``slot_positions`` overrides each object's (fractional)
     slot, for the frames of a clip; ``noise_seed`` varies only the sensor noise."""
+    return render_with_boxes(scene, slot_positions, noise_seed)[0]
+
+
+def render_with_boxes(scene: Scene, slot_positions: Sequence[float] | None = None,
+                      noise_seed: int | None = None) -> tuple[Image.Image, tuple[Box, ...]]:
+    """:func:`render` plus each object's bounding box."""
     rng = np.random.default_rng(scene.style_seed)
     top, bottom, horizon_frac = _BACKGROUNDS[scene.background]
     img = Image.new("RGB", (scene.width, scene.height), _jitter(rng, top, 15))
@@ -259,14 +276,15 @@ def render(scene: Scene, slot_positions: Sequence[float] | None = None,
     draw.rectangle([0, horizon, scene.width, scene.height], fill=_jitter(rng, bottom, 15))
     layout = _layout(scene, rng)
     slot_w = scene.width / 3
+    boxes = []
     for i, obj in enumerate(scene.objects):
         slot = obj.slot if slot_positions is None else slot_positions[i]
         cx = (slot + 0.5 + layout.offsets[i]) * slot_w
-        _draw_object(draw, rng, obj, cx, layout.ground, layout.unit)
+        boxes.append(_draw_object(draw, rng, obj, cx, layout.ground, layout.unit))
     noise_rng = np.random.default_rng(scene.style_seed if noise_seed is None else noise_seed)
     pixels = np.asarray(img, dtype=np.int16)
     pixels = pixels + noise_rng.integers(-6, 7, size=pixels.shape, dtype=np.int16)
-    return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8), "RGB")
+    return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8), "RGB"), tuple(boxes)
 
 
 # --------------------------------------------------------------------------- tasks
@@ -406,6 +424,7 @@ class Episode:
     media: MediaKind
     images: tuple[Image.Image, ...] = field(repr=False)
     questions: tuple[Question, ...]
+    scenes: tuple[Scene, ...] = ()  # ground truth per image (empty for a clip)
 
     def item(self, k: int) -> Item:
         task, prompt, answer = self.questions[k]
@@ -427,7 +446,7 @@ def make_episode(seed: int, index: int, max_questions: int = 5,
         kinds = sorted(first ^ second)
         order = rng.permutation(len(kinds))[:max_questions]
         pair = tuple(_which_has(kinds[i], kinds[i] in first) for i in order)
-        return Episode("images", tuple(render(s) for s in scenes), pair)
+        return Episode("images", tuple(render(s) for s in scenes), pair, tuple(scenes))
     if task == "moved":
         _, frames, answer = _video_clip(rng)
         return Episode("video", frames, (("moved", "What moved?", answer),))
@@ -441,7 +460,42 @@ def make_episode(seed: int, index: int, max_questions: int = 5,
         q = _scene_question(rng, scene, str(_pick(rng, single)))
         if all(q[1] != other[1] for other in questions):
             questions.append(q)
-    return Episode("image", (render(scene),), tuple(questions))
+    return Episode("image", (render(scene),), tuple(questions), (scene,))
+
+
+def token_labels(scene: Scene, rows: int, columns: int) -> list[tuple[int, int]]:
+    """Row-major over a ``rows`` x ``columns`` grid of equal cells laid on the picture: the
+    (kind, colour) class of the object covering most of each cell (0 = background, else
+    1 + the index in KINDS / COLOURS) — the targets of the trainer's auxiliary vision loss."""
+    boxes = render_with_boxes(scene)[1]
+    colours = list(COLOURS)
+    cw, ch = scene.width / columns, scene.height / rows
+    out = []
+    for r in range(rows):
+        for c in range(columns):
+            best, label = 0.12 * cw * ch, (0, 0)  # at least 12% of the cell
+            for obj, (x0, y0, x1, y1) in zip(scene.objects, boxes, strict=True):
+                w = min(x1, (c + 1) * cw) - max(x0, c * cw)
+                h = min(y1, (r + 1) * ch) - max(y0, r * ch)
+                if w > 0 and h > 0 and w * h > best:
+                    best = w * h
+                    label = (1 + KINDS.index(obj.kind), 1 + colours.index(obj.colour))
+            out.append(label)
+    return out
+
+
+def slot_labels(scene: Scene, columns: int) -> list[tuple[int, int]]:
+    """(kind, colour) class of the object in the slot under each of ``columns`` equal
+    columns (0 = nothing there, else 1 + the index in KINDS / COLOURS): the targets of the
+    trainer's auxiliary vision loss."""
+    by_slot = {o.slot: o for o in scene.objects}
+    colours = list(COLOURS)
+    out = []
+    for c in range(columns):
+        obj = by_slot.get(min(2, int(3 * (c + 0.5) / columns)))
+        out.append((0, 0) if obj is None else
+                   (1 + KINDS.index(obj.kind), 1 + colours.index(obj.colour)))
+    return out
 
 
 def task_texts() -> list[str]:

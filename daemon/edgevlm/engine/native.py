@@ -26,6 +26,7 @@ STATUS_NAMES = {
     lib.EDGEVLM_ERR_CONTEXT_FULL: "context full",
     lib.EDGEVLM_ERR_CANCELLED: "cancelled",
     lib.EDGEVLM_ERR_NO_VISION: "no vision encoder",
+    lib.EDGEVLM_ERR_INVALID_INPUT: "invalid input",
 }
 
 

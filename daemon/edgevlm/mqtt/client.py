@@ -1,0 +1,378 @@
+"""The paho-mqtt 2.x adapter: one connection with the habits MQTT daemons need.
+
+- ``CallbackAPIVersion.VERSION2``; MQTT v5 (or 3.1.1 when configured);
+- TCP_NODELAY on the socket (``on_socket_open``): a QoS 1 round trip on loopback drops from
+  ~88 ms to well under 1 ms;
+- a persistent session (v5: clean start off + Session Expiry; 3.1.1: clean session off) and
+  ``manual_ack``: the owner acks a message when it is done with it, so unacked requests are
+  redelivered after a crash;
+- the last will ``offline`` on the state topic (v5: with a Will Delay Interval so a quick
+  restart does not flap);
+- reconnect with capped exponential back-off, resubscribe on every connect, and ``on_ready``
+  once the broker confirmed the subscriptions (SUBACK);
+- outgoing sizes checked against the broker's Maximum Packet Size (v5 CONNACK; 2,000,000 bytes
+  when unknown on 3.1.1) — paho itself would send and be disconnected in a loop;
+- callbacks that never raise (an exception there silently kills paho's network thread), and a
+  watchdog that exits the process if that thread dies anyway, for systemd to restart us.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from ..config import MQTTConfig
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_PACKET = 2_000_000     # what we assume when the broker does not say (3.1.1)
+PROTOCOL_MAX_PACKET = 268_435_455  # MQTT's own limit (v5 broker without the property)
+WATCHDOG_EXIT_CODE = 70            # EX_SOFTWARE
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def never_raises(func: F) -> F:
+    """Wrap a paho callback so an exception is logged instead of killing the network thread."""
+
+    @functools.wraps(func)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except Exception:
+            log.exception("error in MQTT callback %s (the connection carries on)",
+                          func.__name__)
+            return None
+
+    return guarded  # type: ignore[return-value]
+
+
+class PacketTooLarge(Exception):
+    """An outgoing message is bigger than the broker accepts."""
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """A received message, decoupled from paho's objects."""
+
+    topic: str
+    payload: bytes
+    qos: int
+    mid: int
+    dup: bool
+    retain: bool
+    received: float                      # time.monotonic() on arrival
+    response_topic: str | None = None    # v5 Response Topic
+    correlation: bytes | None = None     # v5 Correlation Data
+    expiry_s: int | None = None          # v5 Message Expiry Interval left on arrival
+
+
+@dataclass(frozen=True)
+class LinkSettings:
+    host: str
+    port: int
+    client_id: str
+    protocol5: bool
+    keepalive: int
+    will_topic: str
+    will_payload: bytes = b"offline"
+    will_delay_s: int = 5
+    username: str | None = None
+    password: str | None = None
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_insecure: bool = False
+    use_tls: bool = False
+    clean_start: bool = False
+    session_expiry_s: int = 3600
+    reconnect_min_s: float = 1.0
+    reconnect_max_s: float = 60.0
+
+    @classmethod
+    def from_config(cls, mqtt: MQTTConfig, host: str, will_topic: str) -> LinkSettings:
+        tls = mqtt.tls
+        return cls(host=host, port=mqtt.port, client_id=mqtt.resolved_client_id(),
+                   protocol5=str(mqtt.protocol) == "5", keepalive=mqtt.keepalive,
+                   will_topic=will_topic, will_delay_s=mqtt.will_delay_s,
+                   username=mqtt.username, password=mqtt.password,
+                   use_tls=tls is not None, tls_ca=tls.ca if tls else None,
+                   tls_cert=tls.cert if tls else None, tls_key=tls.key if tls else None,
+                   tls_insecure=bool(tls and tls.insecure), clean_start=mqtt.clean_start,
+                   session_expiry_s=mqtt.session_expiry_s,
+                   reconnect_min_s=mqtt.reconnect_min_s, reconnect_max_s=mqtt.reconnect_max_s)
+
+
+def new_properties(packet_type: int) -> Properties:
+    return Properties(packet_type)  # type: ignore[no-untyped-call]
+
+
+def _varint_len(n: int) -> int:
+    size = 1
+    while n >= 128:
+        n //= 128
+        size += 1
+    return size
+
+
+def publish_packet_size(topic: str, payload: bytes, qos: int, properties: Properties | None,
+                        protocol5: bool) -> int:
+    """Bytes of the PUBLISH packet paho will send."""
+    remaining = 2 + len(topic.encode()) + (2 if qos else 0) + len(payload)
+    if protocol5:
+        remaining += len(properties.pack()) if properties is not None else 1  # type: ignore[no-untyped-call]
+    return 1 + _varint_len(remaining) + remaining
+
+
+def wait_confirmed(info: paho.MQTTMessageInfo, timeout: float) -> bool:
+    """Wait until the broker confirmed a QoS 1 publish (PUBACK), also across reconnects.
+
+    paho's ``wait_for_publish`` raises at once for a message published while disconnected,
+    although paho resends it after the reconnect; this waits for the PUBACK itself."""
+    condition: threading.Condition = info._condition
+    with condition:
+        return bool(condition.wait_for(lambda: info._published, timeout))
+
+
+class MqttLink:
+    """One persistent MQTT connection; thread-safe publish/ack; callbacks never raise."""
+
+    def __init__(self, settings: LinkSettings, *, on_message: Callable[[Incoming], None],
+                 on_ready: Callable[[bool], None],
+                 on_connection: Callable[[bool], None] | None = None,
+                 exit_process: Callable[[int], Any] = os._exit) -> None:
+        self.settings = settings
+        self._on_message_cb = on_message
+        self._on_ready_cb = on_ready
+        self._on_connection_cb = on_connection
+        self._exit_process = exit_process
+        self._filters: list[str] = []
+        self._sub_mid: int | None = None
+        self._session_present = False
+        self._lock = threading.Lock()
+        self._connected = False
+        self._ready = False
+        self._stopping = threading.Event()
+        self._started = False
+        self.connects = 0
+        self.max_packet_size = (PROTOCOL_MAX_PACKET if settings.protocol5
+                                else DEFAULT_MAX_PACKET)
+        self._watchdog: threading.Thread | None = None
+        self._client = self._make_client()
+
+    # ------------------------------------------------------------------ setup
+
+    def _make_client(self) -> paho.Client:
+        s = self.settings
+        protocol = paho.MQTTv5 if s.protocol5 else paho.MQTTv311
+        kwargs: dict[str, Any] = {} if s.protocol5 else {"clean_session": s.clean_start}
+        client = paho.Client(CallbackAPIVersion.VERSION2, client_id=s.client_id,
+                             protocol=protocol, manual_ack=True, **kwargs)
+        if s.username is not None:
+            client.username_pw_set(s.username, s.password)
+        if s.use_tls:
+            client.tls_set(ca_certs=s.tls_ca, certfile=s.tls_cert, keyfile=s.tls_key,
+                           cert_reqs=ssl.CERT_NONE if s.tls_insecure else ssl.CERT_REQUIRED)
+            if s.tls_insecure:
+                client.tls_insecure_set(True)
+        will_props = None
+        if s.protocol5 and s.will_delay_s > 0:
+            will_props = new_properties(PacketTypes.WILLMESSAGE)
+            will_props.WillDelayInterval = s.will_delay_s
+        client.will_set(s.will_topic, s.will_payload, qos=1, retain=True,
+                        properties=will_props)
+        client.reconnect_delay_set(s.reconnect_min_s,  # type: ignore[arg-type]  # floats work
+                                   max(s.reconnect_min_s, s.reconnect_max_s))  # type: ignore[arg-type]
+        client.on_socket_open = self._on_socket_open
+        client.on_connect = self._on_connect
+        client.on_disconnect = self._on_disconnect
+        client.on_subscribe = self._on_subscribe
+        client.on_message = self._on_message
+        client.enable_logger(logging.getLogger("edgevlm.mqtt.paho"))
+        return client
+
+    def set_subscriptions(self, filters: list[str]) -> None:
+        """Topic filters (QoS 1) subscribed on every connect."""
+        with self._lock:
+            self._filters = list(dict.fromkeys(filters))
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    @property
+    def ready(self) -> bool:
+        """Connected and the subscriptions confirmed."""
+        return self._connected and self._ready
+
+    def network_thread_alive(self) -> bool:
+        thread: threading.Thread | None = self._client._thread
+        return thread is not None and thread.is_alive()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Connect in the background; paho retries with capped back-off until it works."""
+        s = self.settings
+        props = None
+        if s.protocol5:
+            props = new_properties(PacketTypes.CONNECT)
+            props.SessionExpiryInterval = 0 if s.clean_start else s.session_expiry_s
+            self._client.connect_async(s.host, s.port, s.keepalive, clean_start=s.clean_start,
+                                       properties=props)
+        else:
+            self._client.connect_async(s.host, s.port, s.keepalive)
+        self._client.loop_start()
+        self._started = True
+        self._watchdog = threading.Thread(target=self._watch, name="edgevlm-mqtt-watchdog",
+                                          daemon=True)
+        self._watchdog.start()
+        log.info("connecting to mqtt://%s:%d as %s (MQTT %s)", s.host, s.port, s.client_id,
+                 "5" if s.protocol5 else "3.1.1")
+
+    def stop(self) -> None:
+        """Disconnect cleanly (no last will) and stop the network thread."""
+        self._stopping.set()
+        if not self._started:
+            return
+        try:
+            self._client.disconnect()
+        except Exception:  # already gone: nothing to say goodbye to
+            log.debug("disconnect failed", exc_info=True)
+        self._client.loop_stop()
+        self._connected = False
+
+    def _watch(self) -> None:
+        while not self._stopping.wait(1.0):
+            if not self.network_thread_alive() and not self._stopping.is_set():
+                log.critical("the MQTT network thread has died; exiting so that the service "
+                             "manager restarts edgevlm")
+                self._exit_process(WATCHDOG_EXIT_CODE)
+                return
+
+    # ------------------------------------------------------------------ outgoing
+
+    def publish(self, topic: str, payload: bytes | str, qos: int = 1, retain: bool = False,
+                properties: Properties | None = None) -> paho.MQTTMessageInfo:
+        """Publish (thread-safe); raises :class:`PacketTooLarge` instead of sending a packet
+        the broker would refuse. While disconnected paho keeps QoS 1 messages and sends them
+        after the reconnect."""
+        data = payload.encode() if isinstance(payload, str) else payload
+        size = publish_packet_size(topic, data, qos, properties, self.settings.protocol5)
+        if size > self.max_packet_size:
+            raise PacketTooLarge(f"a {size}-byte message to {topic} exceeds the broker's "
+                                 f"maximum packet size of {self.max_packet_size} bytes")
+        return self._client.publish(topic, data, qos=qos, retain=retain, properties=properties)
+
+    def fits(self, topic: str, payload: bytes, qos: int = 1,
+             properties: Properties | None = None) -> bool:
+        size = publish_packet_size(topic, payload, qos, properties, self.settings.protocol5)
+        return size <= self.max_packet_size
+
+    def ack(self, mid: int, qos: int) -> None:
+        """Acknowledge a received message (PUBACK); QoS 0 needs none."""
+        if qos > 0:
+            self._client.ack(mid, qos)
+
+    # ------------------------------------------------------------------ callbacks
+
+    @never_raises
+    def _on_socket_open(self, client: paho.Client, userdata: Any, sock: Any) -> None:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except (OSError, AttributeError):
+            log.debug("TCP_NODELAY not set on %r", sock)
+
+    @never_raises
+    def _on_connect(self, client: paho.Client, userdata: Any, flags: Any, reason: Any,
+                    properties: Any) -> None:
+        if getattr(reason, "is_failure", False):
+            log.error("the broker refused the connection: %s", reason)
+            return
+        limit = getattr(properties, "MaximumPacketSize", None) if properties else None
+        self.max_packet_size = int(limit) if limit else (
+            PROTOCOL_MAX_PACKET if self.settings.protocol5 else DEFAULT_MAX_PACKET)
+        self._connected = True
+        self._ready = False
+        self.connects += 1
+        self._session_present = bool(getattr(flags, "session_present", False))
+        log.info("connected to the broker (session present: %s, max packet %d bytes)",
+                 self._session_present, self.max_packet_size)
+        if self._on_connection_cb is not None:
+            self._on_connection_cb(True)
+        with self._lock:
+            filters = list(self._filters)
+        if not filters:
+            self._ready = True
+            self._on_ready_cb(self._session_present)
+            return
+        result, mid = client.subscribe([(f, 1) for f in filters])
+        if result != paho.MQTT_ERR_SUCCESS:
+            log.error("subscribing failed: %s", paho.error_string(result))
+            return
+        self._sub_mid = mid
+
+    @never_raises
+    def _on_subscribe(self, client: paho.Client, userdata: Any, mid: int, reasons: Any,
+                      properties: Any) -> None:
+        if mid != self._sub_mid:
+            return
+        with self._lock:
+            filters = list(self._filters)
+        for topic, reason in zip(filters, reasons or [], strict=False):
+            if getattr(reason, "is_failure", False) or (isinstance(reason, int)
+                                                         and reason >= 0x80):
+                log.error("the broker refused the subscription to %s: %s", topic, reason)
+        self._ready = True
+        self._on_ready_cb(self._session_present)
+
+    @never_raises
+    def _on_disconnect(self, client: paho.Client, userdata: Any, flags: Any, reason: Any,
+                       properties: Any) -> None:
+        was = self._connected
+        self._connected = False
+        self._ready = False
+        if not self._stopping.is_set():
+            log.warning("disconnected from the broker (%s); reconnecting", reason)
+        if was and self._on_connection_cb is not None:
+            self._on_connection_cb(False)
+
+    @never_raises
+    def _on_message(self, client: paho.Client, userdata: Any, message: paho.MQTTMessage
+                    ) -> None:
+        received = time.monotonic()
+        props = getattr(message, "properties", None)
+        response_topic = correlation = expiry = None
+        if props is not None:
+            response_topic = getattr(props, "ResponseTopic", None)
+            correlation = getattr(props, "CorrelationData", None)
+            expiry = getattr(props, "MessageExpiryInterval", None)
+        try:
+            topic = message.topic
+        except UnicodeDecodeError:
+            log.warning("dropping a message whose topic is not UTF-8")
+            self.ack(message.mid, message.qos)
+            return
+        incoming = Incoming(topic=topic, payload=bytes(message.payload), qos=message.qos,
+                            mid=message.mid, dup=bool(message.dup), retain=bool(message.retain),
+                            received=received, response_topic=response_topic,
+                            correlation=bytes(correlation) if correlation is not None else None,
+                            expiry_s=int(expiry) if expiry is not None else None)
+        try:
+            self._on_message_cb(incoming)
+        except Exception:
+            log.exception("error handling a message on %s; acknowledged and dropped", topic)
+            self.ack(message.mid, message.qos)

@@ -1,0 +1,182 @@
+"""Answers out, acks back: publish now, acknowledge the request once the broker confirmed.
+
+An answer is published at once from the calling thread (the worker, or the network thread for
+answers that need no work). A small ack thread then waits for the broker's PUBACK of every
+copy of the answer, across reconnects, and only then acknowledges the request message(s)
+(``manual_ack``). If the process dies before that, the broker redelivers the request and the
+dedupe memory answers it again.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import paho.mqtt.client as paho
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from ..errors import PayloadTooLarge
+from ..protocol import Response, StreamChunk
+from .client import MqttLink, PacketTooLarge, new_properties, wait_confirmed
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where one answer goes: a topic, and the v5 Correlation Data to send with it."""
+
+    topic: str
+    correlation: bytes | None = None
+
+    def properties(self) -> Properties | None:
+        if self.correlation is None:
+            return None
+        props = new_properties(PacketTypes.PUBLISH)
+        props.CorrelationData = self.correlation
+        return props
+
+
+@dataclass(frozen=True)
+class Ack:
+    """A received message to acknowledge (its packet id and QoS)."""
+
+    mid: int
+    qos: int
+
+
+@dataclass
+class _Pending:
+    infos: list[paho.MQTTMessageInfo]
+    acks: list[Ack]
+    on_confirmed: Callable[[], None] | None
+    since: float = field(default_factory=time.monotonic)
+
+
+class Replier:
+    """Publishes answers and acks their requests after the broker confirmed the answers."""
+
+    def __init__(self, link: MqttLink, confirm_timeout_s: float = 600.0) -> None:
+        self.link = link
+        self.confirm_timeout_s = confirm_timeout_s
+        self._pending: queue.Queue[_Pending | None] = queue.Queue()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="edgevlm-acks", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, drain_s: float = 5.0) -> None:
+        """Wait up to ``drain_s`` for outstanding confirmations, then stop the ack thread."""
+        deadline = time.monotonic() + drain_s
+        while self._pending.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self._stopping.set()
+        self._pending.put(None)
+        if self._thread.is_alive():
+            self._thread.join(timeout=2.0)
+
+    @property
+    def outstanding(self) -> int:
+        return self._pending.unfinished_tasks
+
+    # ------------------------------------------------------------------ sending
+
+    def answer(self, routes: Sequence[Route], response: Response, acks: Sequence[Ack] = (),
+               on_confirmed: Callable[[], None] | None = None) -> None:
+        """Publish ``response`` to every route; ack ``acks`` once all copies are confirmed."""
+        payload = response.to_json()
+        infos: list[paho.MQTTMessageInfo] = []
+        for route in routes:
+            info = self._publish_answer(route, payload, response.id)
+            if info is not None:
+                infos.append(info)
+        self._pending.put(_Pending(infos, list(acks), on_confirmed))
+
+    def _publish_answer(self, route: Route, payload: bytes, request_id: str | None
+                        ) -> paho.MQTTMessageInfo | None:
+        props = route.properties()
+        try:
+            return self.link.publish(route.topic, payload, qos=1, properties=props)
+        except PacketTooLarge as exc:
+            log.warning("answer to %s not sent: %s", request_id, exc)
+            err = PayloadTooLarge(f"the answer is larger than the broker's maximum packet size "
+                                  f"({self.link.max_packet_size} bytes); ask for fewer tokens")
+            fallback = Response.fail(request_id, err.code, "payload_too_large", err.message)
+            try:
+                return self.link.publish(route.topic, fallback.to_json(), qos=1,
+                                         properties=props)
+            except Exception:
+                log.exception("cannot send the error answer to %s either", route.topic)
+                return None
+        except Exception:
+            log.exception("publishing the answer to %s on %s failed", request_id, route.topic)
+            return None
+
+    def after_confirmed(self, infos: Sequence[paho.MQTTMessageInfo],
+                        callback: Callable[[], None]) -> None:
+        """Call ``callback`` (on the ack thread) once the broker confirmed ``infos``."""
+        self._pending.put(_Pending(list(infos), [], callback))
+
+    def chunk(self, routes: Sequence[Route], chunk: StreamChunk) -> None:
+        """A streamed partial answer: QoS 1 (ordered before the final answer), not tracked."""
+        payload = chunk.model_dump_json(exclude_none=True).encode()
+        for route in routes:
+            try:
+                self.link.publish(route.topic, payload, qos=1, properties=route.properties())
+            except Exception:
+                log.warning("stream chunk %d to %s not sent", chunk.seq, route.topic,
+                            exc_info=True)
+
+    def publish(self, topic: str, payload: bytes | str, retain: bool = False, qos: int = 1
+                ) -> bool:
+        """Fire-and-forget publish of a state/event message; False if it could not be sent."""
+        try:
+            self.link.publish(topic, payload, qos=qos, retain=retain)
+            return True
+        except Exception as exc:
+            log.warning("not published to %s: %s", topic, exc)
+            return False
+
+    def ack_now(self, acks: Sequence[Ack]) -> None:
+        for ack in acks:
+            self._ack(ack)
+
+    def _ack(self, ack: Ack) -> None:
+        try:
+            self.link.ack(ack.mid, ack.qos)
+        except Exception:
+            log.warning("ack of message %d failed", ack.mid, exc_info=True)
+
+    # ------------------------------------------------------------------ the ack thread
+
+    def _run(self) -> None:
+        while True:
+            item = self._pending.get()
+            try:
+                if item is None:
+                    return
+                self._settle(item)
+            except Exception:
+                log.exception("error while acknowledging a request")
+            finally:
+                self._pending.task_done()
+
+    def _settle(self, item: _Pending) -> None:
+        for info in item.infos:
+            while not wait_confirmed(info, 0.25):
+                if self._stopping.is_set():
+                    return  # unacked: the broker redelivers the request next time
+                if time.monotonic() - item.since > self.confirm_timeout_s:
+                    log.warning("an answer was not confirmed by the broker within %.0f s; "
+                                "its request stays unacknowledged", self.confirm_timeout_s)
+                    return
+        for ack in item.acks:
+            self._ack(ack)
+        if item.on_confirmed is not None:
+            item.on_confirmed()

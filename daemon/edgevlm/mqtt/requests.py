@@ -1,0 +1,154 @@
+"""Admission of request messages, on the network thread: cheap, and it never raises.
+
+In order: the reply route (v5 Response Topic + Correlation Data, else
+``<base>/<node>/response/<verb>``; reply topics outside the base namespace are refused), then
+:func:`edgevlm.admission.admit` (size, schema, per-modality limits, token budget from image
+headers — no media is decoded here), dedupe by request id, the deadline (v5 Message Expiry,
+``deadline_ms``, else ``limits.default_deadline_ms``), and queue capacity (``busy``).
+Everything heavy runs on the worker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import time
+from collections.abc import Callable
+
+from ..admission import RequestSide, admit
+from ..errors import Busy, InvalidRequest, PayloadTooLarge, wire_error
+from ..metrics import Metrics
+from ..protocol import Response, request_id_of
+from .client import Incoming
+from .dedupe import DedupeMemory
+from .jobs import JobQueue, RequestJob
+from .replies import Ack, Replier, Route
+from .topics import RequestTopic, Topics
+
+log = logging.getLogger(__name__)
+
+_ID_NEAR_START = re.compile(rb'"(?:id|transaction)"\s*:\s*"([^"\\]{1,128})"')
+
+
+def _id_near_start(payload: bytes) -> str | None:
+    """The id of a payload too big to parse, if it is written near the start."""
+    match = _ID_NEAR_START.search(payload[:4096])
+    return match.group(1).decode("utf-8", "replace") if match else None
+
+
+def dedupe_key(verb: str, request_id: str | None, payload: bytes) -> str:
+    """The request id, or (without one) a hash of the exact bytes."""
+    if request_id is not None:
+        return f"{verb}:id:{request_id}"
+    return f"{verb}:sha:{hashlib.blake2b(payload, digest_size=16).hexdigest()}"
+
+
+class RequestHandler:
+    """Turns request messages into queued jobs or immediate answers."""
+
+    def __init__(self, topics: Topics, side: RequestSide, queue: JobQueue,
+                 dedupe: DedupeMemory, replier: Replier, metrics: Metrics,
+                 default_deadline_ms: int | None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.topics = topics
+        self.side = side
+        self.queue = queue
+        self.dedupe = dedupe
+        self.replier = replier
+        self.metrics = metrics
+        self.default_deadline_ms = default_deadline_ms
+        self.clock = clock
+        self.accepting = True
+
+    def route_for(self, msg: Incoming, verb: str) -> tuple[Route, str | None]:
+        """The reply route of ``msg``, and why its own Response Topic was refused (if so)."""
+        default = Route(self.topics.response(verb), msg.correlation)
+        if msg.response_topic is None:
+            return default, None
+        if not self.topics.in_namespace(msg.response_topic):
+            return default, (f"the response topic {msg.response_topic[:200]!r} is outside this "
+                             f"daemon's namespace; use a topic under '{self.topics.base}/' "
+                             "without wildcards (the answer went to the default response "
+                             "topic)")
+        return Route(msg.response_topic, msg.correlation), None
+
+    def handle(self, msg: Incoming, rt: RequestTopic) -> None:
+        """Admit one request message (called on the network thread; never raises)."""
+        if not self.accepting:
+            return  # stopping: left unacknowledged, the broker redelivers it after restart
+        if msg.retain:  # a retained request would be run again on every (re)subscribe
+            log.warning("ignoring a retained request on %s; publish requests without the "
+                        "retain flag (clear it with an empty retained message)", msg.topic)
+            self.replier.ack_now([Ack(msg.mid, msg.qos)])
+            return
+        route, refused = self.route_for(msg, rt.verb)
+        try:
+            self._admit(msg, rt, route, refused)
+        except Exception as exc:  # a bug: answer "internal", keep the network thread alive
+            rid = request_id_of(msg.payload) if len(msg.payload) <= \
+                self.side.limits.max_payload_bytes else None
+            self._refuse(route, rid, exc, Ack(msg.mid, msg.qos))
+
+    def _admit(self, msg: Incoming, rt: RequestTopic, route: Route, refused: str | None
+               ) -> None:
+        ack = Ack(msg.mid, msg.qos)
+        try:
+            if refused is not None:
+                raise InvalidRequest(refused)
+            admitted = admit(msg.payload, self.side)
+        except Exception as exc:
+            if isinstance(exc, PayloadTooLarge) and len(msg.payload) > \
+                    self.side.limits.max_payload_bytes:
+                rid = _id_near_start(msg.payload)
+            else:
+                rid = request_id_of(msg.payload)
+            self._refuse(route, rid, exc, ack)
+            return
+        request = admitted.request
+        key = dedupe_key(rt.verb, request.id, msg.payload)
+        claim = self.dedupe.claim(key, route, ack, redelivered=msg.dup)
+        if claim.kind == "done":
+            assert claim.response is not None
+            self.metrics.deduplicated()
+            log.info("request %s answered again from memory", request.id)
+            self.replier.answer([route], claim.response, [ack])
+            return
+        if claim.kind == "running":
+            self.metrics.deduplicated()
+            log.info("request %s is already being worked on; it will be answered then",
+                     request.id)
+            return
+        self.metrics.received()
+        job = RequestJob(key=key, request=request, verb=rt.verb, route=route, acks=[ack],
+                         received=msg.received, deadline=self._deadline(msg, request.deadline_ms))
+        if self.queue.put(job):
+            self.metrics.set_queue_depth(len(self.queue))
+            return
+        attached = self.dedupe.forget(key)
+        err = wire_error(Busy(f"the queue is full ({self.queue.capacity} waiting, "
+                              "limits.max_queue); retry later or send to the shared pool"))
+        self.metrics.finished(err.type)
+        response = Response.fail(request.id, err.code, err.type, err.message)  # type: ignore[arg-type]
+        self.replier.answer([route, *attached.routes], response, [ack, *attached.acks])
+
+    def _deadline(self, msg: Incoming, deadline_ms: int | None) -> float | None:
+        candidates = []
+        if msg.expiry_s is not None:
+            candidates.append(msg.received + msg.expiry_s)
+        budget_ms = deadline_ms if deadline_ms is not None else self.default_deadline_ms
+        if budget_ms is not None:
+            candidates.append(msg.received + budget_ms / 1e3)
+        return min(candidates) if candidates else None
+
+    def _refuse(self, route: Route, request_id: str | None, exc: BaseException, ack: Ack
+                ) -> None:
+        err = wire_error(exc)
+        if err.type == "internal":
+            log.error("admission of request %s failed", request_id, exc_info=exc)
+        else:
+            log.info("refused request %s: %s: %s", request_id, err.type, err.message)
+        self.metrics.received()
+        self.metrics.finished(err.type)
+        response = Response.fail(request_id, err.code, err.type, err.message)  # type: ignore[arg-type]
+        self.replier.answer([route], response, [ack])

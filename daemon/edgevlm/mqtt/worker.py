@@ -1,0 +1,229 @@
+"""The worker: one thread that owns the engine and turns queued jobs into answers.
+
+decode media -> ``prepare_media`` (cache lookup, safe decode, patchify) -> ``run_generation``
+(ViT on cache misses, prefill, decode) -> the answer envelope. With ``stream: true`` partial
+chunks (``status: "partial"``, ``seq`` from 0) go out before the final answer. Any exception
+becomes an error answer for that job and a log line; the thread never dies of one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..engine import Engine, GenerationResult
+from ..errors import Busy, DeadlineExceeded, EdgevlmError, WireError, wire_error
+from ..metrics import Metrics
+from ..preflight import PreflightContext
+from ..prepare import prepare_media
+from ..protocol import AnswerData, CacheInfo, Response, StreamChunk, Usage
+from ..protocol import Metrics as AnswerMetrics
+from ..sources import CameraFrame
+from .dedupe import DedupeMemory
+from .jobs import CameraJob, Job, JobQueue, RequestJob
+from .replies import Replier
+
+log = logging.getLogger(__name__)
+
+# Error types that are not remembered for dedupe: retrying the same id may well succeed.
+TRANSIENT_ERRORS = frozenset({"busy", "deadline_exceeded", "internal"})
+
+
+@dataclass(frozen=True)
+class Answered:
+    """A finished answer, for the bridge's last_answer/event topics."""
+
+    request_id: str | None
+    camera: str | None
+    text: str
+    finish_reason: str
+    model: str
+
+
+def answer_data(result: GenerationResult, model: str, queue_ms: float) -> AnswerData:
+    m = result.metrics
+    return AnswerData(
+        text=result.text, finish_reason=result.finish_reason,
+        usage=Usage(prompt_tokens=result.prompt_tokens, vision_tokens=result.vision_tokens,
+                    completion_tokens=len(result.tokens)),
+        metrics=AnswerMetrics(queue_ms=round(queue_ms, 3),
+                              **{k: round(float(m.get(k, 0.0)), 3) for k in (
+                                  "media_ms", "encode_ms", "prefill_ms", "ttft_ms", "tpot_ms",
+                                  "total_ms")}),
+        cache=[CacheInfo(hit=hit, key=key) for hit, key in result.cache],
+        model=model, deepstack=result.deepstack)
+
+
+class Worker:
+    """Runs jobs from ``queue`` on one thread with ``engine``."""
+
+    def __init__(self, engine: Engine, context: PreflightContext, queue: JobQueue,
+                 replier: Replier, dedupe: DedupeMemory, metrics: Metrics, *,
+                 on_answer: Callable[[Answered], None] | None = None,
+                 on_camera: Callable[[CameraFrame, str | None, WireError | None,
+                                      dict[str, float]], None] | None = None,
+                 on_busy: Callable[[bool], None] | None = None,
+                 test_delay_s: float = 0.0) -> None:
+        self.engine = engine
+        self.context = context
+        self.queue = queue
+        self.replier = replier
+        self.dedupe = dedupe
+        self.metrics = metrics
+        self.on_answer = on_answer
+        self.on_camera = on_camera
+        self.on_busy = on_busy
+        self.test_delay_s = test_delay_s  # test-only: widens the "mid-request" window
+        self._stopping = threading.Event()
+        self._busy = False
+        self._thread = threading.Thread(target=self._run, name="edgevlm-worker", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def shutdown(self, grace_s: float = 10.0) -> None:
+        """Refuse queued work (``busy``), let the running job finish for ``grace_s``, then
+        cancel it (it is answered with ``finish_reason: cancelled``)."""
+        for job in self.queue.close():
+            if isinstance(job, RequestJob):
+                self.fail(job, Busy("the daemon is stopping; send the request again (another "
+                                    "board of the pool, or this one after its restart)"))
+        self.metrics.set_queue_depth(0)
+        self._stopping.set()
+        self._thread.join(timeout=grace_s)
+        if self._thread.is_alive():
+            log.warning("the running request did not finish within %.0f s; cancelling it",
+                        grace_s)
+            self.engine.cancel()
+            self._thread.join(timeout=10.0)
+
+    # ------------------------------------------------------------------ the loop
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                job = self.queue.get(timeout=0.25)
+                self.metrics.set_queue_depth(len(self.queue))
+                if job is None:
+                    self._set_busy(False)
+                    continue
+                self._set_busy(True)
+                if isinstance(job, RequestJob):
+                    self._run_request(job)
+                else:
+                    self._run_camera(job)
+            except Exception:  # a bug in the code around the job; keep serving
+                log.exception("worker error (the worker carries on)")
+        self._set_busy(False)
+
+    def _set_busy(self, busy: bool) -> None:
+        if busy == self._busy:
+            return
+        self._busy = busy
+        self.metrics.set_busy(busy)
+        if self.on_busy is not None:
+            try:
+                self.on_busy(busy)
+            except Exception:
+                log.exception("busy callback failed")
+
+    def _generate(self, job: Job, on_text: Callable[[str], None] | None) -> GenerationResult:
+        if self.test_delay_s > 0:
+            time.sleep(self.test_delay_s)
+        t0 = time.perf_counter()
+        prepared = prepare_media(job.request, self.context, self.engine.facts, self.engine.cache)
+        media_ms = (time.perf_counter() - t0) * 1e3
+        return self.engine.generate_prepared(job.request, prepared, media_ms=media_ms,
+                                             on_text=on_text)
+
+    # ------------------------------------------------------------------ requests
+
+    def _run_request(self, job: RequestJob) -> None:
+        started = time.monotonic()
+        queue_ms = (started - job.received) * 1e3
+        rid = job.request.id
+        try:
+            if job.deadline is not None and started > job.deadline:
+                raise DeadlineExceeded(
+                    f"the deadline passed {(started - job.deadline) * 1e3:.0f} ms before the "
+                    f"request could start (it waited {queue_ms:.0f} ms in the queue); raise "
+                    "deadline_ms or send fewer requests at once")
+            on_text = self._streamer(job) if job.request.stream else None
+            result = self._generate(job, on_text)
+        except Exception as exc:
+            self.fail(job, exc)
+            return
+        data = answer_data(result, self.engine.name, queue_ms)
+        self._finish(job, Response.ok(rid, data), None, data)
+        log.info("answered %s in %.0f ms (%d tokens, queue %.0f ms)", rid,
+                 data.metrics.total_ms, data.usage.completion_tokens, queue_ms)
+        if self.on_answer is not None:
+            self.on_answer(Answered(rid, None, data.text, data.finish_reason, data.model))
+
+    def _streamer(self, job: RequestJob) -> Callable[[str], None]:
+        seq = 0
+        rid = job.request.id
+
+        def on_text(text: str) -> None:
+            nonlocal seq
+            self.replier.chunk([job.route], StreamChunk(id=rid, transaction=rid, seq=seq,
+                                                        text=text))
+            seq += 1
+
+        return on_text
+
+    def fail(self, job: RequestJob, exc: BaseException) -> None:
+        """Answer ``job`` with the wire error of ``exc``."""
+        err = wire_error(exc)
+        if isinstance(exc, EdgevlmError):
+            log.info("request %s: %s: %s", job.request.id, err.type, err.message)
+        else:
+            log.error("request %s failed", job.request.id, exc_info=exc)
+        response = Response.fail(job.request.id, err.code, err.type, err.message)  # type: ignore[arg-type]
+        self._finish(job, response, err.type, None)
+
+    def _finish(self, job: RequestJob, response: Response, error_type: str | None,
+                data: AnswerData | None) -> None:
+        attached = None
+        if job.key is not None:
+            attached = self.dedupe.complete(job.key, response,
+                                            remember=error_type not in TRANSIENT_ERRORS)
+        self.metrics.finished(error_type, data.metrics if data else None,
+                              data.usage.completion_tokens if data else 0)
+        routes = [job.route, *(attached.routes if attached else [])]
+        acks = [*job.acks, *(attached.acks if attached else [])]
+        self.replier.answer(routes, response, acks)
+
+    # ------------------------------------------------------------------ cameras
+
+    def _run_camera(self, job: CameraJob) -> None:
+        started = time.monotonic()
+        queue_ms = (started - job.received) * 1e3
+        self.metrics.received()
+        text: str | None = None
+        finish = "stop"
+        error: WireError | None = None
+        metrics: dict[str, float] = {"queue_ms": queue_ms}
+        try:
+            result = self._generate(job, None)
+            data = answer_data(result, self.engine.name, queue_ms)
+            text, finish = data.text, data.finish_reason
+            metrics = data.metrics.model_dump()
+            self.metrics.finished(None, data.metrics, data.usage.completion_tokens)
+        except Exception as exc:
+            error = wire_error(exc)
+            if not isinstance(exc, EdgevlmError):
+                log.error("camera %s: describing failed", job.frame.camera, exc_info=exc)
+            self.metrics.finished(error.type)
+        if self.on_camera is not None:
+            self.on_camera(job.frame, text, error, metrics)
+        if text is not None and self.on_answer is not None:
+            self.on_answer(Answered(job.frame.event_id, job.frame.camera, text, finish,
+                                    self.engine.name))

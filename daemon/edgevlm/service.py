@@ -1,0 +1,316 @@
+"""``edgevlm serve``: the composition root that wires config, engine, MQTT and the rest.
+
+Start: load the model -> start the worker, ack and health threads -> connect (paho retries with
+back-off) -> on every connect, once the subscriptions are confirmed: ``bridge/info``,
+Home Assistant discovery, camera states, ``bridge/busy``, ``bridge/health`` and finally
+``bridge/state = online``. Stop (SIGTERM): stop taking requests (new ones stay unacked, the
+broker redelivers them), answer queued ones ``busy``, let the running one finish (then cancel
+it), wait for the broker's confirmations, publish ``offline``, disconnect.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from . import __version__
+from .admission import RequestSide
+from .cache import VisionCache
+from .config import Config
+from .engine import Engine
+from .errors import WireError
+from .metrics import Metrics
+from .models import demo_model_dir
+from .mqtt.bridge import Bridge, info_payload
+from .mqtt.client import Incoming, LinkSettings, MqttLink, wait_confirmed
+from .mqtt.dedupe import DedupeMemory
+from .mqtt.jobs import CameraJob, JobQueue
+from .mqtt.replies import Ack, Replier
+from .mqtt.requests import RequestHandler
+from .mqtt.topics import Topics, homeassistant_status
+from .mqtt.worker import Worker
+from .protocol import parse_request
+from .sources import CameraFrame, CameraSources
+
+log = logging.getLogger(__name__)
+
+TEST_DELAY_ENV = "EDGEVLM_TEST_WORKER_DELAY_MS"  # test-only: the worker sleeps before each job
+
+
+def sd_notify(message: str) -> bool:
+    """Tell systemd (``Type=notify``) about our state; a no-op outside systemd."""
+    path = os.environ.get("NOTIFY_SOCKET")
+    if not path:
+        return False
+    address = "\0" + path[1:] if path.startswith("@") else path
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+            sock.connect(address)
+            sock.sendall(message.encode())
+        return True
+    except OSError as exc:
+        log.debug("sd_notify(%r) failed: %s", message, exc)
+        return False
+
+
+def load_engine(config: Config) -> Engine:
+    """The configured model (the bundled demo model when ``model.path`` is absent)."""
+    path = config.model.path or demo_model_dir()
+    engine = Engine.load(path, threads=config.model.threads, context=config.model.context,
+                         max_pixels=config.model.max_pixels)
+    directory = Path(config.cache.dir).expanduser() if config.cache.dir else None
+    engine.cache = VisionCache(config.cache.max_bytes, directory, engine.facts.fingerprint)
+    log.info("loaded %s in %.0f ms", engine.name, engine.load_ms)
+    return engine
+
+
+def broker_host(config: Config) -> str:
+    if config.mqtt.host:
+        return config.mqtt.host
+    if config.zeroconf.enabled and config.zeroconf.browse_broker:
+        from .announce import browse_mqtt_broker
+
+        found = browse_mqtt_broker()
+        if found is not None:
+            log.info("no mqtt.host configured; using the broker found by zeroconf: %s:%d",
+                     *found)
+            return found[0]
+    return "localhost"
+
+
+class Service:
+    """The daemon: one engine, one MQTT connection, start()/stop()."""
+
+    def __init__(self, config: Config, engine: Engine | None = None, *,
+                 exit_process: Any = os._exit) -> None:
+        self.config = config
+        mqtt = config.mqtt
+        self.node_id = mqtt.resolved_node_id()
+        self.topics = Topics(mqtt.base_topic, self.node_id)
+        self.engine = engine if engine is not None else load_engine(config)
+        self.metrics = Metrics()
+        self.host = broker_host(config)
+        self.link = MqttLink(LinkSettings.from_config(mqtt, self.host, self.topics.state),
+                             on_message=self._on_message, on_ready=self._on_ready,
+                             on_connection=self._on_connection, exit_process=exit_process)
+        self.replier = Replier(self.link)
+        context = self.engine.preflight_context(mm=config.limits.limit_mm_per_prompt,
+                                                media=config.media.policy())
+        self.queue = JobQueue(config.limits.max_queue)
+        self.dedupe = DedupeMemory(config.limits.dedupe_window_s,
+                                   config.limits.dedupe_max_entries)
+        self.requests = RequestHandler(self.topics, RequestSide(
+            config.limits.request_limits(), context), self.queue, self.dedupe, self.replier,
+            self.metrics, config.limits.default_deadline_ms)
+        self.bridge = Bridge(self.topics, self.replier, self.metrics, self.engine,
+                             mqtt.health_interval_s)
+        self.worker = Worker(self.engine, context, self.queue, self.replier, self.dedupe,
+                             self.metrics, on_answer=self.bridge.publish_answer,
+                             on_camera=self._on_camera, on_busy=self.bridge.publish_busy,
+                             test_delay_s=float(os.environ.get(TEST_DELAY_ENV, "0")) / 1e3)
+        self.sources = CameraSources(config.cameras, mqtt.base_topic, self.node_id,
+                                     self._submit_frame)
+        self.ha_status = homeassistant_status(config.homeassistant.prefix)
+        filters = self.topics.request_subscriptions(mqtt.shared_group)
+        filters += self.sources.subscriptions()
+        if config.homeassistant.discovery:
+            filters.append(self.ha_status)
+        self.link.set_subscriptions(filters)
+        self._online = threading.Event()
+        self._stopped = threading.Event()
+        self._stop_lock = threading.Lock()
+        self._started = False
+        self._announcer: Any = None
+
+    @property
+    def online(self) -> threading.Event:
+        """Set once ``bridge/state = online`` was confirmed by the broker."""
+        return self._online
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, timeout: float | None = 60.0) -> None:
+        """Start serving; wait up to ``timeout`` s until online (None: do not wait)."""
+        self.replier.start()
+        self.worker.start()
+        self.bridge.start()
+        self.link.start()
+        self._started = True
+        self._start_announcer()
+        if timeout is not None and not self._online.wait(timeout):
+            self.stop("not online in time")
+            raise TimeoutError(f"not online within {timeout:.0f} s (broker "
+                               f"{self.host}:{self.config.mqtt.port} unreachable?)")
+
+    def _start_announcer(self) -> None:
+        if not self.config.zeroconf.enabled:
+            return
+        try:
+            from .announce import Announcer
+
+            self._announcer = Announcer(self.node_id, __version__, self.topics.base,
+                                        self.engine.name, self.host, self.config.mqtt.port)
+            self._announcer.start()
+        except Exception:
+            log.exception("zeroconf announcement failed (serving carries on)")
+
+    def stop(self, reason: str = "stopped", grace_s: float = 10.0) -> None:
+        """Graceful stop; idempotent."""
+        with self._stop_lock:
+            if self._stopped.is_set():
+                return
+            log.info("stopping (%s)", reason)
+            self.requests.accepting = False
+            if self._started:
+                self.worker.shutdown(grace_s)
+                self.replier.stop(drain_s=5.0)
+                self.bridge.stop()
+                self._publish_offline()
+                self.link.stop()
+            if self._announcer is not None:
+                self._announcer.stop()
+            self._online.clear()
+            self._stopped.set()
+
+    def _publish_offline(self) -> None:
+        if not self.link.connected:
+            return
+        try:
+            info = self.link.publish(self.topics.state, b"offline", qos=1, retain=True)
+            wait_confirmed(info, 2.0)
+        except Exception:
+            log.warning("could not publish offline", exc_info=True)
+
+    def wait(self) -> None:
+        """Block until stopped."""
+        self._stopped.wait()
+
+    def healthy(self) -> bool:
+        """For the systemd watchdog: the worker and the network thread are alive."""
+        return self.worker.alive and self.link.network_thread_alive()
+
+    # ------------------------------------------------------------------ MQTT callbacks
+
+    def _on_connection(self, connected: bool) -> None:
+        self.metrics.set_connected(connected)
+        if connected and self.link.connects > 1:
+            self.metrics.reconnected()
+
+    def _on_ready(self, session_present: bool) -> None:
+        """Subscriptions confirmed (network thread): publish our state, then ``online``."""
+        steps: tuple[Callable[[], None], ...] = (
+            self._publish_info, self._publish_discovery, self._publish_camera_states,
+            lambda: self.bridge.publish_busy(self.metrics.busy), self.bridge.publish_health)
+        for step in steps:  # none of these may keep us from going online
+            try:
+                step()
+            except Exception:
+                log.exception("publishing state on connect failed")
+        info = self.link.publish(self.topics.state, b"online", qos=1, retain=True)
+        self.replier.after_confirmed([info], self._online.set)
+        log.info("online as %s (requests on %s)", self.node_id,
+                 self.topics.request("describe"))
+
+    def _publish_info(self) -> None:
+        self.bridge.publish_info(info_payload(self.config, self.engine, self.topics))
+
+    def _publish_camera_states(self) -> None:
+        for topic, payload, retain in self.sources.state_messages():
+            self.replier.publish(topic, payload, retain=retain)
+
+    def _publish_discovery(self) -> None:
+        if not self.config.homeassistant.discovery:
+            return
+        from .homeassistant import discovery_context, discovery_messages
+
+        ctx = discovery_context(self.config, __version__, self.engine.name)
+        for topic, payload in discovery_messages(ctx):
+            self.replier.publish(topic, payload, retain=True)
+
+    def _on_message(self, msg: Incoming) -> None:
+        """Network thread: route one message; never raises (the link guards it too)."""
+        request_topic = self.topics.parse_request(msg.topic)
+        if request_topic is not None:
+            self.requests.handle(msg, request_topic)
+            return
+        ack = [Ack(msg.mid, msg.qos)]
+        if msg.topic == self.ha_status:
+            if msg.payload.strip().lower() == b"online":
+                delay = random.uniform(1.0, 5.0)
+                timer = threading.Timer(delay, self._safe_discovery)
+                timer.daemon = True
+                timer.start()
+            self.replier.ack_now(ack)
+            return
+        out = self.sources.handle(msg.topic, msg.payload)
+        for topic, payload, retain in out or []:
+            self.replier.publish(topic, payload, retain=retain)
+        self.replier.ack_now(ack)
+
+    def _safe_discovery(self) -> None:
+        try:
+            self._publish_discovery()
+        except Exception:
+            log.exception("re-publishing discovery failed")
+
+    # ------------------------------------------------------------------ cameras
+
+    def _submit_frame(self, frame: CameraFrame) -> None:
+        """A frame from a camera source (network thread): queue it, latest wins."""
+        import base64
+
+        request = parse_request({"messages": [{"role": "user", "content": [
+            {"type": "image", "image": {"b64": base64.b64encode(frame.image).decode()}},
+            {"type": "text", "text": frame.prompt}]}], "max_tokens": frame.max_tokens})
+        job = CameraJob(frame, request, time.monotonic())
+        accepted, replaced = self.queue.put_latest(f"camera:{frame.camera}", job)
+        if replaced is not None:
+            log.info("camera %s: a newer frame replaced the one still waiting", frame.camera)
+        elif not accepted:
+            log.info("camera %s: queue full, frame dropped", frame.camera)
+        self.metrics.set_queue_depth(len(self.queue))
+
+    def _on_camera(self, frame: CameraFrame, text: str | None, error: WireError | None,
+                   metrics: dict[str, float]) -> None:
+        for topic, payload, retain in self.sources.result_messages(
+                frame, text, error, self.engine.name, metrics):
+            self.replier.publish(topic, payload, retain=retain)
+
+
+def serve_main(config: Config) -> int:
+    """Run the daemon until SIGTERM/SIGINT; systemd notifications when under systemd."""
+    try:
+        service = Service(config)
+    except Exception as exc:
+        log.error("cannot start: %s", exc, exc_info=log.isEnabledFor(logging.DEBUG))
+        return 1
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("received %s", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        service.start(timeout=None)
+        sd_notify(f"READY=1\nSTATUS=serving {service.engine.name} as {service.node_id}")
+        usec = int(os.environ.get("WATCHDOG_USEC", "0") or 0)
+        interval = usec / 2e6 if usec > 0 else 5.0
+        while not stop.wait(interval):
+            if usec > 0 and service.healthy():
+                sd_notify("WATCHDOG=1")
+        sd_notify("STOPPING=1")
+        service.stop("signal")
+        return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,358 @@
+"""Camera sources: raw frames on a camera topic, and Frigate snapshots joined with its events.
+
+Two ways a frame reaches the model, both per configured camera (``cameras:`` in the config):
+
+- generic: raw JPEG/PNG bytes on ``<base>/<node>/camera/<cam>/image`` (or the camera's
+  ``topic``); anything else is refused with a log line, never described.
+- Frigate: ``<prefix>/<cam>/<label>/snapshot`` (raw JPEG, retained by Frigate) joined with
+  ``<prefix>/events`` (``type`` new/update/end, ``after`` = the tracked object). An event of a
+  configured type describes the most recent snapshot of its camera and label, or, when none
+  has arrived yet, the first one that arrives within ``snapshot_wait_s``. One event is
+  described once, whatever number of messages Frigate sends for it.
+
+Prompts take ``{camera}``, ``{label}`` and ``{sub_label}`` placeholders; a per-label prompt
+overrides the camera's prompt. Cameras are switched with ``ON``/``OFF`` on ``.../set`` and
+report it retained on ``.../state``. The service turns each :class:`CameraFrame` into a
+describe request and publishes :meth:`CameraSources.result_messages` after the answer.
+This module keeps state (enabled flags, the last snapshots, pending events) behind a lock:
+``handle`` runs on the network thread, ``result_messages`` on the worker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from .errors import WireError
+from .mqtt.topics import Topics, has_wildcards
+
+log = logging.getLogger(__name__)
+
+Message = tuple[str, bytes, bool]  # (topic, payload, retain)
+
+JPEG_MAGIC = b"\xff\xd8\xff"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+MAX_REMEMBERED_EVENTS = 1024
+MAX_PENDING_EVENTS = 64
+
+
+class CameraSettings(Protocol):
+    """What this module reads of a camera's configuration (``config.CameraConfig``)."""
+
+    @property
+    def enabled(self) -> bool: ...
+    @property
+    def topic(self) -> str | None: ...
+    @property
+    def frigate(self) -> bool: ...
+    @property
+    def frigate_prefix(self) -> str: ...
+    @property
+    def frigate_events(self) -> Sequence[str]: ...
+    @property
+    def labels(self) -> Sequence[str] | None: ...
+    @property
+    def prompt(self) -> str: ...
+    @property
+    def label_prompts(self) -> Mapping[str, str]: ...
+    @property
+    def max_tokens(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class CameraFrame:
+    """One frame to describe: the image bytes and the prompt already filled in."""
+
+    camera: str
+    label: str | None
+    event_id: str | None   # the Frigate event id; None for a frame on a camera topic
+    image: bytes
+    prompt: str
+    max_tokens: int
+
+
+class FrigateObject(BaseModel):
+    """The part of Frigate's tracked object (``after``) this module uses."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    id: str
+    camera: str
+    label: str
+    sub_label: str | None = None
+    false_positive: bool = False
+
+    @field_validator("sub_label", mode="before")
+    @classmethod
+    def _sub_label_name(cls, value: Any) -> Any:
+        # Frigate >= 0.14 sends [name, score]; older releases a bare string.
+        if isinstance(value, list | tuple):
+            return value[0] if value and isinstance(value[0], str) else None
+        return value
+
+
+class FrigateEvent(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    type: str
+    after: FrigateObject
+
+
+class _Placeholders(dict[str, str]):
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"  # unknown placeholders stay as written
+
+
+def fill_prompt(template: str, camera: str, label: str | None, sub_label: str | None) -> str:
+    """``template`` with ``{camera}``, ``{label}`` and ``{sub_label}`` filled in."""
+    values = _Placeholders(camera=camera, label=label or "object", sub_label=sub_label or "")
+    try:
+        return " ".join(template.format_map(values).split())
+    except (ValueError, IndexError, AttributeError):
+        log.warning("camera %s: prompt %r has a broken placeholder; sent as written",
+                    camera, template)
+        return template
+
+
+def image_kind(payload: bytes) -> str | None:
+    """"jpeg" or "png" from the magic bytes, else None."""
+    if payload.startswith(JPEG_MAGIC):
+        return "jpeg"
+    if payload.startswith(PNG_MAGIC):
+        return "png"
+    return None
+
+
+@dataclass
+class _Snapshot:
+    image: bytes
+    received: float
+
+
+@dataclass(frozen=True)
+class _Pending:
+    event: FrigateObject
+    deadline: float
+
+
+class CameraSources:
+    """Routes camera messages to ``submit`` and builds the messages a description publishes."""
+
+    def __init__(self, cameras: Mapping[str, CameraSettings], base_topic: str, node_id: str,
+                 submit: Callable[[CameraFrame], None], *, snapshot_wait_s: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._cameras = dict(cameras)
+        self._topics = Topics(base_topic, node_id)
+        self._submit = submit
+        self._wait_s = snapshot_wait_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._enabled = {name: cfg.enabled for name, cfg in self._cameras.items()}
+        self._image_topics: dict[str, str] = {}
+        self._set_topics: dict[str, str] = {}
+        self._frigate_prefixes: dict[str, set[str]] = {}
+        for name, cfg in self._cameras.items():
+            self._image_topics[cfg.topic or self._topics.camera(name, "image")] = name
+            self._set_topics[self._topics.camera(name, "set")] = name
+            if cfg.frigate:
+                self._frigate_prefixes.setdefault(cfg.frigate_prefix, set()).add(name)
+        self._snapshots: dict[tuple[str, str], _Snapshot] = {}
+        self._pending: OrderedDict[tuple[str, str], list[_Pending]] = OrderedDict()
+        self._described: OrderedDict[str, None] = OrderedDict()
+
+    # ------------------------------------------------------------------ topics
+
+    def description_topic(self, camera: str) -> str:
+        return self._topics.camera(camera, "description")
+
+    def snapshot_topic(self, camera: str) -> str:
+        return self._topics.camera(camera, "snapshot")
+
+    def state_topic(self, camera: str) -> str:
+        return self._topics.camera(camera, "state")
+
+    def subscriptions(self) -> list[str]:
+        """Topic filters to subscribe to (image topics, set topics, Frigate topics)."""
+        topics = [*self._image_topics, *self._set_topics]
+        for prefix, names in sorted(self._frigate_prefixes.items()):
+            topics.append(f"{prefix}/events")
+            topics += [f"{prefix}/{name}/+/snapshot" for name in sorted(names)]
+        return topics
+
+    def state_messages(self) -> list[Message]:
+        """The retained ``.../state`` of every camera (publish on every connect)."""
+        with self._lock:
+            return [(self.state_topic(name), b"ON" if on else b"OFF", True)
+                    for name, on in self._enabled.items()]
+
+    def is_enabled(self, camera: str) -> bool:
+        with self._lock:
+            return self._enabled.get(camera, False)
+
+    # ------------------------------------------------------------------ incoming
+
+    def handle(self, topic: str, payload: bytes) -> list[Message] | None:
+        """None when ``topic`` is not a camera topic; else the messages to publish now.
+        Frames to describe go to ``submit``. Never raises."""
+        try:
+            return self._route(topic, payload)
+        except Exception:
+            log.exception("camera message on %s could not be handled", topic)
+            return []
+
+    def _route(self, topic: str, payload: bytes) -> list[Message] | None:
+        camera = self._set_topics.get(topic)
+        if camera is not None:
+            return self._on_set(camera, payload)
+        camera = self._image_topics.get(topic) or self._wildcard_image_camera(topic)
+        if camera is not None:
+            self._on_image(camera, payload)
+            return []
+        for prefix, names in self._frigate_prefixes.items():
+            if topic == f"{prefix}/events":
+                self._on_frigate_event(names, payload)
+                return []
+            rest = topic.removeprefix(prefix + "/")
+            parts = rest.split("/")
+            if rest != topic and len(parts) == 3 and parts[2] == "snapshot":
+                if parts[0] in names:
+                    self._on_frigate_snapshot(parts[0], parts[1], payload)
+                return []
+        return None
+
+    def _wildcard_image_camera(self, topic: str) -> str | None:
+        from paho.mqtt.client import topic_matches_sub
+
+        for pattern, camera in self._image_topics.items():
+            if has_wildcards(pattern) and topic_matches_sub(pattern, topic):
+                return camera
+        return None
+
+    def _on_set(self, camera: str, payload: bytes) -> list[Message]:
+        command = payload.decode("utf-8", "replace").strip().upper()
+        if command not in ("ON", "OFF"):
+            log.warning("camera %s: ignored %r on its set topic; send ON or OFF",
+                        camera, payload[:32])
+            return []
+        with self._lock:
+            self._enabled[camera] = command == "ON"
+            if command == "OFF":
+                self._drop_pending(camera)
+        log.info("camera %s switched %s", camera, command)
+        return [(self.state_topic(camera), command.encode(), True)]
+
+    def _on_image(self, camera: str, payload: bytes) -> None:
+        if not payload:
+            return  # an empty (retained-clearing) message
+        if image_kind(payload) is None:
+            log.warning("camera %s: refused a %d-byte payload that is neither JPEG nor PNG "
+                        "(starts %s); publish the raw image bytes", camera, len(payload),
+                        payload[:8].hex())
+            return
+        if not self.is_enabled(camera):
+            log.debug("camera %s is OFF; frame ignored", camera)
+            return
+        cfg = self._cameras[camera]
+        self._submit(CameraFrame(camera, None, None, payload,
+                                 fill_prompt(cfg.prompt, camera, None, None), cfg.max_tokens))
+
+    def _on_frigate_snapshot(self, camera: str, label: str, payload: bytes) -> None:
+        if image_kind(payload) is None:
+            if payload:
+                log.warning("frigate snapshot %s/%s is not a JPEG/PNG; ignored", camera, label)
+            return
+        now = self._clock()
+        with self._lock:
+            self._snapshots[(camera, label)] = _Snapshot(payload, now)
+            waiting = self._pending.pop((camera, label), [])
+        for pending in waiting:
+            if now <= pending.deadline:
+                self._describe_event(pending.event, payload)
+            else:
+                log.info("frigate event %s: no snapshot within %.1f s; not described",
+                         pending.event.id, self._wait_s)
+
+    def _on_frigate_event(self, cameras: set[str], payload: bytes) -> None:
+        try:
+            event = FrigateEvent.model_validate_json(payload)
+        except ValidationError as exc:
+            log.warning("frigate event ignored: %s", exc.errors(include_url=False)[:1])
+            return
+        obj = event.after
+        cfg = self._cameras.get(obj.camera)
+        if obj.camera not in cameras or cfg is None:
+            return
+        if event.type not in cfg.frigate_events or obj.false_positive:
+            return
+        if cfg.labels is not None and obj.label not in cfg.labels:
+            return
+        now = self._clock()
+        with self._lock:
+            if not self._enabled.get(obj.camera, False) or obj.id in self._described:
+                return
+            if any(p.event.id == obj.id for p in self._pending.get((obj.camera, obj.label), [])):
+                return
+            snapshot = self._snapshots.get((obj.camera, obj.label))
+            if snapshot is None:
+                self._expire_pending(now)
+                key = (obj.camera, obj.label)
+                self._pending.setdefault(key, []).append(_Pending(obj, now + self._wait_s))
+                self._pending.move_to_end(key)
+                while len(self._pending) > MAX_PENDING_EVENTS:
+                    self._pending.popitem(last=False)
+                log.debug("frigate event %s waits for a %s snapshot", obj.id, obj.label)
+                return
+        self._describe_event(obj, snapshot.image)
+
+    def _describe_event(self, obj: FrigateObject, image: bytes) -> None:
+        with self._lock:
+            if obj.id in self._described:
+                return
+            self._described[obj.id] = None
+            while len(self._described) > MAX_REMEMBERED_EVENTS:
+                self._described.popitem(last=False)
+        cfg = self._cameras[obj.camera]
+        template = cfg.label_prompts.get(obj.label, cfg.prompt)
+        self._submit(CameraFrame(obj.camera, obj.label, obj.id, image,
+                                 fill_prompt(template, obj.camera, obj.label, obj.sub_label),
+                                 cfg.max_tokens))
+
+    def _expire_pending(self, now: float) -> None:
+        for key in [k for k, items in self._pending.items()
+                    if all(p.deadline < now for p in items)]:
+            for pending in self._pending.pop(key):
+                log.info("frigate event %s: no %s snapshot within %.1f s; not described",
+                         pending.event.id, pending.event.label, self._wait_s)
+
+    def _drop_pending(self, camera: str) -> None:
+        for key in [k for k in self._pending if k[0] == camera]:
+            del self._pending[key]
+
+    # ------------------------------------------------------------------ outgoing
+
+    def result_messages(self, frame: CameraFrame, text: str | None, error: WireError | None,
+                        model: str, metrics: Mapping[str, float]) -> list[Message]:
+        """Retained description (+ Frigate's ``type/id/description`` keys for an event) and
+        the retained snapshot of the analysed frame. An error publishes nothing (logged):
+        the last good description stays."""
+        if error is not None or text is None:
+            reason = f"{error.type}: {error.message}" if error else "no text"
+            log.warning("camera %s: frame not described (%s)", frame.camera, reason)
+            return []
+        body: dict[str, Any] = {
+            "camera": frame.camera, "label": frame.label, "event_id": frame.event_id,
+            "text": text, "model": model,
+            "metrics": {k: round(float(v), 2) for k, v in metrics.items()},
+            "at": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        }
+        if frame.event_id is not None:
+            body.update({"type": "description", "id": frame.event_id, "description": text})
+        return [(self.description_topic(frame.camera), json.dumps(body).encode(), True),
+                (self.snapshot_topic(frame.camera), frame.image, True)]

@@ -1,0 +1,119 @@
+"""Camera sources end to end: a real broker, the daemon with the demo model, raw frames."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from edgevlm.config import Config
+from edgevlm.service import Service
+from tests.helpers import image_bytes
+from tests.mqtt.conftest import MqttTestClient, wait_until
+
+ROOT = "edgevlm/node1/camera"
+
+
+@pytest.fixture
+def start_service(demo_engine: Any) -> Iterator[Callable[[Config], Service]]:
+    services: list[Service] = []
+
+    def start(config: Config) -> Service:
+        service = Service(config, engine=demo_engine)
+        services.append(service)
+        service.start()
+        return service
+
+    yield start
+    for service in services:
+        service.stop("test over")
+
+
+def frame(seed: int, fmt: str = "JPEG") -> bytes:
+    return image_bytes(96, 64, fmt, seed=seed)
+
+
+def test_a_frame_on_a_camera_topic_becomes_a_retained_description_and_snapshot(
+        make_config: Callable[..., Config], start_service: Callable[[Config], Service],
+        mqtt_client: Callable[..., MqttTestClient]) -> None:
+    start_service(make_config(**{"cameras.door.prompt": "Who is at the {camera}?",
+                                 "cameras.door.max_tokens": 8}))
+    client = mqtt_client()
+    client.sub(f"{ROOT}/door/description", f"{ROOT}/door/snapshot")
+    image = frame(1, "PNG")
+    client.pub(f"{ROOT}/door/image", image)
+    (body,) = client.inbox.json(f"{ROOT}/door/description")
+    assert {"camera", "label", "event_id", "text", "model", "metrics", "at"} <= set(body)
+    assert (body["camera"], body["label"], body["event_id"]) == ("door", None, None)
+    assert isinstance(body["text"], str) and body["model"]
+    assert body["metrics"]["total_ms"] > 0
+    assert "description" not in body and "type" not in body  # Frigate keys only for events
+    (snapshot,) = client.inbox.wait(f"{ROOT}/door/snapshot")
+    assert snapshot.payload == image
+
+    late = mqtt_client()  # both are retained for Home Assistant's image/sensor entities
+    late.sub(f"{ROOT}/door/#")
+    retained = {m.topic: m for m in late.inbox.wait(f"{ROOT}/door/+", count=3)
+                if m.retain}
+    assert json.loads(retained[f"{ROOT}/door/description"].payload) == body
+    assert retained[f"{ROOT}/door/snapshot"].payload == image
+    assert retained[f"{ROOT}/door/state"].payload == b"ON"
+
+
+def test_a_payload_that_is_not_an_image_is_not_described(
+        make_config: Callable[..., Config], start_service: Callable[[Config], Service],
+        mqtt_client: Callable[..., MqttTestClient]) -> None:
+    start_service(make_config(**{"cameras.door.max_tokens": 4}))
+    client = mqtt_client()
+    client.sub(f"{ROOT}/door/description", f"{ROOT}/door/snapshot")
+    client.pub(f"{ROOT}/door/image", b'{"image": "not raw bytes"}')
+    good = frame(2)
+    client.pub(f"{ROOT}/door/image", good)
+    client.inbox.wait(f"{ROOT}/door/snapshot")
+    assert len(client.inbox.on(f"{ROOT}/door/description")) == 1
+    assert [m.payload for m in client.inbox.on(f"{ROOT}/door/snapshot")] == [good]
+
+
+def test_set_off_and_on_switches_a_camera_and_its_retained_state(
+        make_config: Callable[..., Config], start_service: Callable[[Config], Service],
+        mqtt_client: Callable[..., MqttTestClient]) -> None:
+    start_service(make_config(**{"cameras.door.max_tokens": 4}))
+    client = mqtt_client()
+    client.sub(f"{ROOT}/door/state", f"{ROOT}/door/snapshot", f"{ROOT}/door/description")
+    client.inbox.wait(f"{ROOT}/door/state", where=lambda m: m.payload == b"ON")
+
+    client.pub(f"{ROOT}/door/set", "OFF")
+    client.inbox.wait(f"{ROOT}/door/state", where=lambda m: m.payload == b"OFF")
+    ignored, described = frame(3), frame(4)
+    client.pub(f"{ROOT}/door/image", ignored)
+    client.pub(f"{ROOT}/door/set", "ON")
+    client.inbox.wait(f"{ROOT}/door/state", count=2, where=lambda m: m.payload == b"ON")
+    client.pub(f"{ROOT}/door/image", described)
+    client.inbox.wait(f"{ROOT}/door/description")
+    assert [m.payload for m in client.inbox.wait(f"{ROOT}/door/snapshot")] == [described]
+
+    late = mqtt_client()
+    late.sub(f"{ROOT}/door/state")
+    (state,) = late.inbox.wait(f"{ROOT}/door/state")
+    assert state.retain and state.payload == b"ON"
+
+
+def test_latest_frame_wins_when_the_board_is_busy(
+        make_config: Callable[..., Config], start_service: Callable[[Config], Service],
+        mqtt_client: Callable[..., MqttTestClient]) -> None:
+    service = start_service(make_config(**{"cameras.yard.max_tokens": 4}))
+    service.worker.test_delay_s = 2.0  # every job holds the worker for two seconds
+    client = mqtt_client()
+    client.sub(f"{ROOT}/yard/snapshot", f"{ROOT}/yard/description")
+    frames = [frame(10 + i) for i in range(5)]
+    for image in frames:  # the first one starts; the others replace each other while waiting
+        client.pub(f"{ROOT}/yard/image", image)
+    wait_until(lambda: any(m.payload == frames[-1]
+                           for m in client.inbox.on(f"{ROOT}/yard/snapshot")),
+               what="the last frame's snapshot")
+    described = [m.payload for m in client.inbox.on(f"{ROOT}/yard/snapshot")]
+    assert described[-1] == frames[-1]
+    assert len(described) < len(frames)
+    assert all(image in (frames[0], frames[-1]) for image in described)

@@ -1,0 +1,137 @@
+"""The MQTT side's small parts without a broker: topics, dedupe memory, the job queue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from edgevlm.mqtt.client import publish_packet_size
+from edgevlm.mqtt.dedupe import DedupeMemory
+from edgevlm.mqtt.jobs import JobQueue
+from edgevlm.mqtt.replies import Ack, Route
+from edgevlm.mqtt.requests import dedupe_key
+from edgevlm.mqtt.topics import RequestTopic, Topics
+from edgevlm.protocol import Response
+
+T = Topics("edgevlm", "garage")
+
+
+def test_topics_are_built_under_base_and_node():
+    assert T.state == "edgevlm/garage/bridge/state"
+    assert T.request("describe") == "edgevlm/garage/request/describe"
+    assert T.response("describe") == "edgevlm/garage/response/describe"
+    assert T.pool_subscription("g", "describe") == "$share/g/edgevlm/pool/request/describe"
+    assert T.camera("door", "description") == "edgevlm/garage/camera/door/description"
+    assert T.request_subscriptions(None) == ["edgevlm/garage/request/describe"]
+    assert T.request_subscriptions("g")[1] == "$share/g/edgevlm/pool/request/describe"
+
+
+@pytest.mark.parametrize(("topic", "parsed"), [
+    ("edgevlm/garage/request/describe", RequestTopic("describe", False)),
+    ("edgevlm/pool/request/describe", RequestTopic("describe", True)),
+    ("edgevlm/garage/request/unknown", None),
+    ("edgevlm/other/request/describe", None),
+    ("edgevlm/garage/response/describe", None),
+    ("edgevlmx/garage/request/describe", None),
+])
+def test_request_topics_are_parsed_for_this_node_and_the_pool(topic, parsed):
+    assert T.parse_request(topic) == parsed
+
+
+@pytest.mark.parametrize(("topic", "allowed"), [
+    ("edgevlm/clients/me/reply", True),
+    ("edgevlm/garage/response/custom", True),
+    ("other/reply", False),
+    ("edgevlm", False),
+    ("edgevlm/", False),
+    ("edgevlm/+/reply", False),
+    ("edgevlm/#", False),
+    ("edgevlm/garage/request/describe", False),
+    ("edgevlm/pool/request/describe", False),
+    ("edgevlm/garage/bridge/state", False),
+])
+def test_reply_topics_must_stay_in_the_namespace_and_not_be_requests(topic, allowed):
+    assert T.in_namespace(topic) is allowed
+
+
+def response(rid: str) -> Response:
+    return Response.fail(rid, 400, "invalid_request", "x")
+
+
+def test_dedupe_attaches_arrivals_while_running_and_answers_from_memory_after():
+    memory = DedupeMemory()
+    a, b = Route("edgevlm/a"), Route("edgevlm/b")
+    assert memory.claim("k", a, Ack(1, 1)).kind == "new"
+    assert memory.claim("k", b, Ack(2, 1)).kind == "running"
+    assert memory.claim("k", a, Ack(3, 1), redelivered=True).kind == "running"
+    attached = memory.complete("k", response("k"))
+    assert attached.routes == [b], "a redelivered copy on the same route is not answered twice"
+    assert attached.acks == [Ack(2, 1), Ack(3, 1)], "but it is acknowledged"
+    claim = memory.claim("k", a, Ack(4, 1))
+    assert claim.kind == "done" and claim.response == response("k")
+
+
+def test_dedupe_forgets_after_the_window_and_beyond_max_entries():
+    now = [0.0]
+    memory = DedupeMemory(window_s=10, max_entries=2, clock=lambda: now[0])
+    route = Route("edgevlm/r")
+    for key in ("k1", "k2", "k3"):
+        memory.claim(key, route, None)
+        memory.complete(key, response(key))
+    assert memory.claim("k1", route, None).kind == "new", "oldest dropped (max_entries)"
+    assert memory.claim("k3", route, None).kind == "done"
+    now[0] = 11.0
+    assert memory.claim("k3", route, None).kind == "new", "expired after the window"
+
+
+def test_dedupe_does_not_remember_when_told_not_to():
+    memory = DedupeMemory()
+    memory.claim("k", Route("edgevlm/r"), None)
+    memory.complete("k", response("k"), remember=False)
+    assert memory.claim("k", Route("edgevlm/r"), None).kind == "new"
+
+
+def test_dedupe_key_is_the_id_or_a_hash_of_the_bytes():
+    assert dedupe_key("describe", "abc", b"x") == "describe:id:abc"
+    assert dedupe_key("describe", None, b"x") == dedupe_key("describe", None, b"x")
+    assert dedupe_key("describe", None, b"x") != dedupe_key("describe", None, b"y")
+
+
+def job(name: str) -> Any:
+    return name  # the queue does not look inside jobs
+
+
+def test_job_queue_is_bounded_and_fifo():
+    queue = JobQueue(2)
+    assert queue.put(job("a")) and queue.put(job("b"))
+    assert not queue.put(job("c"))
+    assert [queue.get(0.1), queue.get(0.1), queue.get(0.01)] == ["a", "b", None]
+
+
+def test_camera_slot_latest_frame_wins_and_keeps_its_place():
+    queue = JobQueue(3)
+    queue.put_latest("camera:door", job("door-1"))
+    queue.put(job("request"))
+    accepted, replaced = queue.put_latest("camera:door", job("door-2"))
+    assert accepted and replaced == "door-1"
+    assert len(queue) == 2
+    assert [queue.get(0.1), queue.get(0.1)] == ["door-2", "request"]
+
+
+def test_closed_queue_refuses_and_returns_what_waited():
+    queue = JobQueue(3)
+    queue.put(job("a"))
+    queue.put_latest("camera:x", job("x"))
+    assert queue.close() == ["a", "x"]
+    assert not queue.put(job("b"))
+    assert queue.put_latest("camera:x", job("y")) == (False, None)
+
+
+@pytest.mark.parametrize(("payload_len", "protocol5", "size"), [
+    (10, False, 1 + 1 + (2 + 3 + 2 + 10)),
+    (10, True, 1 + 1 + (2 + 3 + 2 + 1 + 10)),
+    (200, False, 1 + 2 + (2 + 3 + 2 + 200)),
+])
+def test_publish_packet_size_follows_the_mqtt_encoding(payload_len, protocol5, size):
+    assert publish_packet_size("a/b", b"x" * payload_len, 1, None, protocol5) == size
