@@ -116,6 +116,11 @@ class LinkSettings:
                    reconnect_min_s=mqtt.reconnect_min_s, reconnect_max_s=mqtt.reconnect_max_s)
 
 
+# More than the properties edgevlm puts on a PUBLISH can take (a response topic and
+# correlation data of at most 64 KiB each, a message expiry) plus the fixed header.
+PROPERTIES_BOUND = 3 * 65_536
+
+
 def new_properties(packet_type: int) -> Properties:
     return Properties(packet_type)  # type: ignore[no-untyped-call]
 
@@ -271,14 +276,25 @@ class MqttLink:
         the broker would refuse. While disconnected paho keeps QoS 1 messages and sends them
         after the reconnect."""
         data = payload.encode() if isinstance(payload, str) else payload
+        if self._surely_fits(topic, data):
+            return self._client.publish(topic, data, qos=qos, retain=retain,
+                                        properties=properties)
         size = publish_packet_size(topic, data, qos, properties, self.settings.protocol5)
         if size > self.max_packet_size:
             raise PacketTooLarge(f"a {size}-byte message to {topic} exceeds the broker's "
                                  f"maximum packet size of {self.max_packet_size} bytes")
         return self._client.publish(topic, data, qos=qos, retain=retain, properties=properties)
 
+    def _surely_fits(self, topic: str, payload: bytes) -> bool:
+        """A cheap upper bound: the exact size packs the v5 properties in Python (paho packs
+        them again to send), a third of the cost of a small answer; only messages near the
+        limit need it."""
+        return len(payload) + 4 * len(topic) + PROPERTIES_BOUND <= self.max_packet_size
+
     def fits(self, topic: str, payload: bytes, qos: int = 1,
              properties: Properties | None = None) -> bool:
+        if self._surely_fits(topic, payload):
+            return True
         size = publish_packet_size(topic, payload, qos, properties, self.settings.protocol5)
         return size <= self.max_packet_size
 
