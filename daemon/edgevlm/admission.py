@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import PayloadTooLarge
+from .errors import EdgevlmError, PayloadTooLarge
 from .limits import RequestLimits, check_request_limits, count_items
 from .preflight import Budget, PreflightContext, preflight
 from .protocol import Request, parse_request
@@ -37,6 +37,10 @@ def admit(payload: bytes, side: RequestSide) -> Admitted:
                               f"{side.limits.max_payload_bytes} (limits.max_payload_bytes); "
                               "send smaller images or fewer of them")
     request = parse_request(payload)
-    check_request_limits(request, len(payload), side.limits)
-    budget = preflight(request, side.preflight)
+    try:
+        check_request_limits(request, len(payload), side.limits)
+        budget = preflight(request, side.preflight)
+    except EdgevlmError as exc:
+        exc.request_id = request.id
+        raise
     return Admitted(request, count_items(request), budget)

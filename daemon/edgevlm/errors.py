@@ -21,6 +21,9 @@ class EdgevlmError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+        # the id of the refused request, set where the payload was already parsed, so the
+        # error answer can echo it without parsing the payload again
+        self.request_id: str | None = None
 
 
 class InvalidRequest(EdgevlmError):

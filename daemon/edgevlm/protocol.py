@@ -343,7 +343,9 @@ def parse_request(payload: bytes | str | dict[str, Any]) -> Request:
     try:
         return Request.model_validate(obj)
     except ValidationError as exc:
-        raise InvalidRequest(_format_validation_error(exc)) from None
+        error = InvalidRequest(_format_validation_error(exc))
+        error.request_id = _id_of(obj)
+        raise error from None
 
 
 def request_id_of(payload: bytes | str) -> str | None:
@@ -352,6 +354,10 @@ def request_id_of(payload: bytes | str) -> str | None:
         obj = json.loads(payload)
     except (UnicodeDecodeError, json.JSONDecodeError, ValueError):
         return None
+    return _id_of(obj)
+
+
+def _id_of(obj: Any) -> str | None:
     if isinstance(obj, dict):
         for key in ("id", "transaction"):
             value = obj.get(key)

@@ -139,3 +139,19 @@ def test_every_error_type_is_covered_here() -> None:
         "invalid_request", "mm_limit_exceeded", "unsupported_modality", "invalid_vision_tokens",
         "payload_too_large", "unsupported_media", "context_length_exceeded", "cache_miss",
         "busy", "deadline_exceeded", "internal"}
+
+
+def _refused(payload: dict[str, Any]) -> EdgevlmError:
+    with pytest.raises(EdgevlmError) as info:
+        admit(json.dumps(payload).encode(), side())
+    return info.value
+
+
+def test_a_refusal_carries_the_request_id_so_the_answer_needs_no_second_parse() -> None:
+    over_limit = {**user_request(*[image(image_bytes(8, 8))] * 3, text("hi")), "id": "r-3"}
+    assert _refused(over_limit).type == "mm_limit_exceeded"
+    assert _refused(over_limit).request_id == "r-3"
+    bad_schema = {"transaction": "t-9", "messages": [{"role": "user", "content": 5}]}
+    assert _refused(bad_schema).type == "invalid_request"
+    assert _refused(bad_schema).request_id == "t-9"
+    assert _refused({"messages": [{"role": "robot", "content": "x"}]}).request_id is None

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 from ..admission import RequestSide, admit
-from ..errors import Busy, InvalidRequest, PayloadTooLarge, wire_error
+from ..errors import Busy, EdgevlmError, InvalidRequest, PayloadTooLarge, wire_error
 from ..metrics import Metrics
 from ..protocol import Response, request_id_of
 from .client import Incoming
@@ -94,18 +94,17 @@ class RequestHandler:
                ) -> None:
         ack = Ack(msg.mid, msg.qos)
         try:
-            if refused is not None:
-                raise InvalidRequest(refused)
             admitted = admit(msg.payload, self.side)
-        except Exception as exc:
-            if isinstance(exc, PayloadTooLarge) and len(msg.payload) > \
-                    self.side.limits.max_payload_bytes:
+        except EdgevlmError as exc:  # the id comes with it: the payload is parsed once
+            rid = exc.request_id
+            if rid is None and isinstance(exc, PayloadTooLarge):
                 rid = _id_near_start(msg.payload)
-            else:
-                rid = request_id_of(msg.payload)
             self._refuse(route, rid, exc, ack)
             return
         request = admitted.request
+        if refused is not None:
+            self._refuse(route, request.id, InvalidRequest(refused), ack)
+            return
         key = dedupe_key(rt.verb, request.id, msg.payload)
         claim = self.dedupe.claim(key, route, ack, redelivered=msg.dup)
         if claim.kind == "done":
