@@ -112,7 +112,7 @@ static void bench_one(ev_pool *pool, const ev_kernels *k, int32_t type, int64_t 
     float *x = aligned_alloc(64, (size_t)(n_in * n_tok) * 4 + 64);
     float *y = aligned_alloc(64, (size_t)(n_out * n_tok) * 4 + 64);
     for (int64_t i = 0; i < n_in * n_tok; i++) x[i] = (float)((i * 7919) % 2001 - 1000) * 1e-3f;
-    size_t sb = ev_matmul_scratch_bytes(type, n_in, n_tok);
+    size_t sb = ev_matmul_scratch_bytes(type, n_in, n_tok, ev_pool_n_threads(pool));
     void *scratch = aligned_alloc(64, (sb + 64) / 64 * 64);
     /* GEMV: each timed run is one pass over all copies (one matmul each), time per matmul */
     int reps = n_tok == 1 ? copies : 1;

@@ -2,8 +2,10 @@
  * kernels.c - kernel-set selection, the threaded matrix product and the row operations.
  *
  * ev_matmul: Y[n_tok][n_out] = X[n_tok][n_in] . W[n_out][n_in]^T (+ bias).
- *  1. For Q8_0/Q4_0 weights the activations are quantised to Q8_0 once, into scratch (tokens
- *     split across the pool when there are several), with their scales also as float32.
+ *  1. For Q8_0/Q4_0 weights and fewer than EV_MATMUL_FLOAT_MIN_TOK tokens the activations
+ *     are quantised to Q8_0 once, into scratch (tokens split across the pool when there are
+ *     several), with their scales also as float32. From that many tokens on, every weight
+ *     type runs the kernel set's gemm_dq on the float32 activations.
  *  2. The pool splits the output rows into one contiguous chunk per thread, in multiples of
  *     16 rows (64 bytes of every output row: no two threads write one cache line when n_out is
  *     a multiple of 16). Each thread streams its weight rows once per token block.
@@ -68,8 +70,13 @@ static void generic_rows(const matmul_job *j, int64_t r0, int64_t r1) {
 }
 
 static void matmul_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
-    (void)tid;
     const matmul_job *j = ctx;
+    if (j->a.n_tok >= EV_MATMUL_FLOAT_MIN_TOK) {
+        ev_gemm_args a = j->a;
+        a.pack = j->a.pack + (int64_t)tid * EV_GEMM_PACK_FLOATS;
+        j->k->gemm_dq[j->wtype](&a, r0, r1);
+        return;
+    }
     ev_gemm_fn gemm = j->k->gemm[j->wtype];
     if (gemm) {
         gemm(&j->a, r0, r1);
@@ -82,10 +89,18 @@ static size_t align64(size_t n) {
     return (n + 63) & ~(size_t)63;
 }
 
-size_t ev_matmul_scratch_bytes(int32_t wtype, int64_t n_in, int64_t n_tok) {
+size_t ev_matmul_scratch_bytes(int32_t wtype, int64_t n_in, int64_t n_tok, int n_threads) {
     const ev_type_traits *t = ev_type_get(wtype);
-    if (!t || !t->quantized) return 0;
-    if (n_in < 0 || n_tok < 0 || n_in % EV_QK != 0) return SIZE_MAX;
+    if (!t || n_in < 0 || n_tok < 0 || n_threads < 1 || n_in % t->block_size != 0) return SIZE_MAX;
+    if (n_tok >= EV_MATMUL_FLOAT_MIN_TOK) {  /* the packing buffers of the many-token path */
+        const size_t pack = sizeof(float) * (size_t)EV_GEMM_PACK_FLOATS;
+        if ((size_t)n_threads > SIZE_MAX / pack) return SIZE_MAX;
+        size_t quant = ev_matmul_scratch_bytes(wtype, n_in, EV_MATMUL_FLOAT_MIN_TOK - 1, 1);
+        if (quant == SIZE_MAX) return SIZE_MAX;
+        size_t many = pack * (size_t)n_threads;
+        return many > quant ? many : quant;     /* decode-sized calls reuse the same bytes */
+    }
+    if (!t->quantized) return 0;
     uint64_t blocks = (uint64_t)(n_in / EV_QK);
     if (n_tok != 0 && blocks > (uint64_t)(SIZE_MAX / 64) / (uint64_t)n_tok) return SIZE_MAX;
     blocks *= (uint64_t)n_tok;             /* (34 + 4) bytes each plus padding, no overflow */
@@ -96,8 +111,8 @@ void ev_matmul(ev_pool *pool, const ev_kernels *k, int32_t wtype, const void *w,
                const float *bias, int64_t n_out, int64_t n_in, const float *x, int64_t n_tok,
                float *y, void *scratch) {
     const ev_type_traits *t = ev_type_get(wtype);
-    if (!k || !t || !k->vec_dot[wtype] || n_out <= 0 || n_in <= 0 || n_tok <= 0 ||
-        n_in % t->block_size != 0)
+    if (!k || !t || !k->vec_dot[wtype] || !k->gemm_dq[wtype] || n_out <= 0 || n_in <= 0 ||
+        n_tok <= 0 || n_in % t->block_size != 0)
         return;                            /* the callers validate shapes at load time */
     matmul_job j;
     memset(&j, 0, sizeof j);
@@ -111,9 +126,14 @@ void ev_matmul(ev_pool *pool, const ev_kernels *k, int32_t wtype, const void *w,
     j.a.n_out = n_out;
     j.a.n_in = n_in;
     j.a.n_tok = n_tok;
+    j.a.w_type = wtype;
     const int64_t macs = n_out * n_in * n_tok;
     ev_pool *p = macs < SMALL_MATMUL_MACS ? NULL : pool;
-    if (t->quantized) {
+    if (n_tok >= EV_MATMUL_FLOAT_MIN_TOK) {
+        j.a.x = (const uint8_t *)x;            /* float rows; threads pack from scratch */
+        j.a.x_stride = n_in * (int64_t)sizeof(float);
+        j.a.pack = scratch;
+    } else if (t->quantized) {
         const int64_t nb = n_in / EV_QK;
         j.xq = scratch;                    /* [n_tok][nb] blocks, then [n_tok][nb] floats */
         j.xq_scale = (float *)((uint8_t *)scratch +

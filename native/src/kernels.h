@@ -34,7 +34,17 @@ typedef struct ev_gemm_args {
     const float *bias;     /* [n_out] or NULL */
     float *y;              /* [n_tok][n_out] */
     int64_t n_out, n_in, n_tok;
+    int32_t w_type;        /* the weight's type */
+    float *pack;           /* gemm_dq: this thread's EV_GEMM_PACK_FLOATS packing buffer */
 } ev_gemm_args;
+
+/* gemm_dq's blocking (BLIS-style), shared by every kernel set: K in chunks of EV_GEMM_KC
+ * columns; the weights of up to EV_GEMM_NC rows of a chunk are dequantised once into panels
+ * (L2/L3), the activations of EV_GEMM_MC tokens packed into micro-tiles (L2). */
+#define EV_GEMM_KC 256
+#define EV_GEMM_NC 256
+#define EV_GEMM_MC 240
+#define EV_GEMM_PACK_FLOATS ((EV_GEMM_MC + EV_GEMM_NC) * EV_GEMM_KC)   /* 496 KiB a thread */
 
 /* Computes y[t][r] for every token t and the weight rows r in [r0, r1). */
 typedef void (*ev_gemm_fn)(const ev_gemm_args *a, int64_t r0, int64_t r1);
@@ -47,12 +57,29 @@ typedef struct ev_kernels {
     void (*axpy_f32)(int64_t n, float a, const float *x, float *y);      /* y += a*x */
     float (*dot_f16_f32)(int64_t n, const ev_fp16 *a, const float *b);   /* f16 KV cache */
     void (*axpy_f16_f32)(int64_t n, float a, const ev_fp16 *x, float *y);
+    /* Float matrix product for attention over long sequences (the ViT):
+     * C[m][n] = alpha * sum_k A[m][k] * B[k][n]; A rows lda floats apart, B rows ldb, C rows
+     * ldc; C is overwritten. */
+    void (*sgemm_f32)(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                      const float *b, int64_t ldb, float *c, int64_t ldc);
+    /* x[i] = exp(x[i] - max) in place; returns the sum of the results (softmax numerator). */
+    float (*exp_sum_f32)(float *x, int64_t n, float max);
+    void (*gelu_tanh_f32)(float *x, int64_t n);                          /* in place */
     /* Activation quantisation for Q8_0/Q4_0 weights; bit-identical to ev_quantize_row_q8_0. */
     void (*quantize_q8_0)(const float *x, ev_block_q8_0 *y, int64_t n);
     /* Register-blocked matrix products by weight type (many tokens per weight block decoded);
      * NULL: ev_matmul runs vec_dot over every (token, row) pair. */
     ev_gemm_fn gemm[EV_TYPE_MAX + 1];
+    /* The many-token product on float32 activations (x: float rows, x_scale NULL): weights of
+     * every type dequantised exactly, float sums. ev_matmul uses it from
+     * EV_MATMUL_FLOAT_MIN_TOK tokens on, in every kernel set (it must not be NULL). */
+    ev_gemm_fn gemm_dq[EV_TYPE_MAX + 1];
 } ev_kernels;
+
+/* From this many tokens on, ev_matmul multiplies float32 activations with the dequantised
+ * weights (prefill chunks, the ViT); below it, decode-sized products run against Q8_0
+ * activations for Q8_0/Q4_0 weights (ggml's arithmetic, memory-bound anyway). */
+#define EV_MATMUL_FLOAT_MIN_TOK 16
 
 const ev_kernels *ev_kernels_scalar(void);
 const ev_kernels *ev_kernels_best(void);   /* the scalar set when no SIMD path applies */
@@ -68,12 +95,15 @@ const ev_kernels *ev_kernels_arm_neon_plain(void);  /* NEON without SDOT (tests,
 
 /* Y[n_tok][n_out] = X[n_tok][n_in] . W[n_out][n_in]^T (+ bias[n_out] if bias != NULL).
  * n_in must be a multiple of the weight type's block size.
- * scratch: at least ev_matmul_scratch_bytes(wtype, n_in, n_tok) bytes, 64-byte aligned
- * (holds the quantised activations). Threads split the output rows. */
+ * scratch: at least ev_matmul_scratch_bytes(wtype, n_in, n_tok, threads of the pool) bytes,
+ * 64-byte aligned (the quantised activations of decode-sized products, or the per-thread
+ * packing buffers of many-token ones). Threads split the output rows.
+ * Q8_0/Q4_0 weights: fewer than EV_MATMUL_FLOAT_MIN_TOK tokens run against Q8_0-quantised
+ * activations, more against the float32 activations (see gemm_dq). */
 void ev_matmul(ev_pool *pool, const ev_kernels *k, int32_t wtype, const void *w,
                const float *bias, int64_t n_out, int64_t n_in, const float *x, int64_t n_tok,
                float *y, void *scratch);
-size_t ev_matmul_scratch_bytes(int32_t wtype, int64_t n_in, int64_t n_tok);
+size_t ev_matmul_scratch_bytes(int32_t wtype, int64_t n_in, int64_t n_tok, int n_threads);
 
 /* Row operations (x: [n_rows][n]); out may alias x. */
 void ev_rmsnorm(float *out, const float *x, const float *w, int64_t n_rows, int64_t n,

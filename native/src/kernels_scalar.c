@@ -8,6 +8,8 @@
  */
 #include "kernels.h"
 
+#include <math.h>
+
 /* ---- float weights against float32 activations ----------------------------------------- */
 
 static void vec_dot_f32(int64_t n, float *out, const void *w_row, const void *x_row) {
@@ -83,6 +85,50 @@ static void axpy_f16_f32(int64_t n, float a, const ev_fp16 *x, float *y) {
     for (int64_t i = 0; i < n; i++) y[i] += a * ev_fp16_to_f32(x[i]);
 }
 
+/* ---- the many-token product on float32 activations ------------------------------------- */
+
+#define DQ_CHUNK 256   /* columns dequantised at a time (a multiple of 32) */
+
+static void gemm_dq(const ev_gemm_args *a, int64_t r0, int64_t r1) {
+    const ev_type_traits *t = ev_type_get(a->w_type);
+    float w[DQ_CHUNK];
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = a->w + r * a->w_stride;
+        for (int64_t tok = 0; tok < a->n_tok; tok++) {
+            const float *x = (const float *)(a->x + tok * a->x_stride);
+            double sum = 0.0;
+            for (int64_t k0 = 0; k0 < a->n_in; k0 += DQ_CHUNK) {
+                const int64_t kc = a->n_in - k0 < DQ_CHUNK ? a->n_in - k0 : DQ_CHUNK;
+                t->to_float(row + k0 / t->block_size * t->type_size, w, kc);
+                for (int64_t k = 0; k < kc; k++) sum += (double)w[k] * (double)x[k0 + k];
+            }
+            a->y[tok * a->n_out + r] = (float)sum + (a->bias ? a->bias[r] : 0.0f);
+        }
+    }
+}
+
+/* ---- the ViT's attention and MLP -------------------------------------------------------- */
+
+static void sgemm_f32(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                      const float *b, int64_t ldb, float *c, int64_t ldc) {
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j++) {
+            double sum = 0.0;
+            for (int64_t p = 0; p < k; p++) sum += (double)a[i * lda + p] * (double)b[p * ldb + j];
+            c[i * ldc + j] = alpha * (float)sum;
+        }
+    }
+}
+
+static float exp_sum_f32(float *x, int64_t n, float max) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
+    return (float)sum;
+}
+
 static const ev_kernels SCALAR = {
     .name = "scalar",
     .vec_dot = {
@@ -96,8 +142,13 @@ static const ev_kernels SCALAR = {
     .axpy_f32 = axpy_f32,
     .dot_f16_f32 = dot_f16_f32,
     .axpy_f16_f32 = axpy_f16_f32,
+    .sgemm_f32 = sgemm_f32,
+    .exp_sum_f32 = exp_sum_f32,
+    .gelu_tanh_f32 = ev_gelu_tanh,
     .quantize_q8_0 = ev_quantize_row_q8_0,
     .gemm = {0},   /* ev_matmul's generic loop over vec_dot */
+    .gemm_dq = {[EV_TYPE_F32] = gemm_dq, [EV_TYPE_F16] = gemm_dq, [EV_TYPE_BF16] = gemm_dq,
+                [EV_TYPE_Q8_0] = gemm_dq, [EV_TYPE_Q4_0] = gemm_dq},
 };
 
 const ev_kernels *ev_kernels_scalar(void) {

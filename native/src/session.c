@@ -25,14 +25,14 @@ void ev_linear(edgevlm_session *s, const ev_tensor *w, const ev_tensor *b, const
               w->ne[0], x, n_tok, y, s->mm_scratch);
 }
 
-static size_t text_matmul_scratch_bytes(const edgevlm_model *m, int64_t n) {
+static size_t text_matmul_scratch_bytes(const edgevlm_model *m, int64_t n, int threads) {
     const edgevlm_model_info *in = &m->info;
-    size_t best = ev_matmul_scratch_bytes(m->output.type, in->n_embd, n), b;
+    size_t best = ev_matmul_scratch_bytes(m->output.type, in->n_embd, n, threads), b;
     for (int l = 0; l < in->n_layer; l++) {
         const ev_text_layer *L = &m->layers[l];
         const ev_tensor *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
-            b = ev_matmul_scratch_bytes(ws[i]->type, ws[i]->ne[0], n);
+            b = ev_matmul_scratch_bytes(ws[i]->type, ws[i]->ne[0], n, threads);
             if (b > best) best = b;
         }
     }
@@ -47,7 +47,7 @@ void edgevlm_session_free(edgevlm_session *s) {
     float **bufs[] = {&s->t.x, &s->t.xb, &s->t.q, &s->t.k, &s->t.v, &s->t.att, &s->t.gate,
                       &s->t.up, &s->t.rope_cos, &s->t.rope_sin, &s->t.scores, &s->t.acc,
                       &s->v.h, &s->v.y, &s->v.y2, &s->v.qkv, &s->v.att, &s->v.mlp,
-                      &s->v.merge_in, &s->v.rope_cos, &s->v.rope_sin, &s->v.scores, &s->cand_p};
+                      &s->v.merge_in, &s->v.rope_cos, &s->v.rope_sin, &s->v.attn, &s->cand_p};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i]);
     free(s->v.pos_row);
     free(s->v.pos_col);
@@ -108,7 +108,7 @@ edgevlm_status edgevlm_session_new(const edgevlm_model *m, const edgevlm_session
              alloc_f32(&s->t.scores, p->n_threads, p->n_ctx) &&
              alloc_f32(&s->t.acc, p->n_threads, hd) && alloc_f32(&s->cand_p, in->n_vocab, 1) &&
              (s->cand_idx = ev_alloc(sizeof(int32_t) * (size_t)in->n_vocab)) != NULL;
-    size_t mm = text_matmul_scratch_bytes(m, nb);
+    size_t mm = text_matmul_scratch_bytes(m, nb, p->n_threads);
     if (ok && p->max_patches > 0) {
         const int64_t np = p->max_patches, c = in->v_n_embd;
         const int64_t pp3 = 3LL * in->v_patch_size * in->v_patch_size;
@@ -120,10 +120,10 @@ edgevlm_status edgevlm_session_new(const edgevlm_model *m, const edgevlm_session
              alloc_f32(&s->v.merge_in, np, c) &&
              alloc_f32(&s->v.rope_cos, np, c / in->v_n_head / 2) &&
              alloc_f32(&s->v.rope_sin, np, c / in->v_n_head / 2) &&
-             alloc_f32(&s->v.scores, p->n_threads, np) &&
+             alloc_f32(&s->v.attn, p->n_threads, ev_vit_attn_floats(c / in->v_n_head, np)) &&
              (s->v.pos_row = ev_alloc(sizeof(int32_t) * (size_t)np)) != NULL &&
              (s->v.pos_col = ev_alloc(sizeof(int32_t) * (size_t)np)) != NULL;
-        size_t vm = ev_vit_matmul_scratch_bytes(m, np);
+        size_t vm = ev_vit_matmul_scratch_bytes(m, np, p->n_threads);
         if (vm > mm) mm = vm;
     }
     s->mm_scratch_bytes = mm;

@@ -42,8 +42,15 @@ typedef struct ev_vit_scratch {
     float *rope_sin;               /* [N, head_dim / 2] */
     int32_t *pos_row;              /* [N] patch row (full resolution) */
     int32_t *pos_col;              /* [N] patch column */
-    float *scores;                 /* [n_threads, N] attention probabilities */
+    float *attn;                   /* [n_threads, ev_vit_attn_floats(head_dim, N)]: per thread
+                                      K^T [hd, S], V [hd rows of S], P [EV_VIT_ATT_QB, S], S <= N */
 } ev_vit_scratch;
+
+#define EV_VIT_ATT_QB 64           /* queries per block of ViT attention scores */
+
+static inline int64_t ev_vit_attn_floats(int64_t head_dim, int64_t max_patches) {
+    return (2 * head_dim + EV_VIT_ATT_QB) * max_patches;
+}
 
 struct edgevlm_session {
     const edgevlm_model *model;
@@ -89,6 +96,6 @@ edgevlm_status ev_vision_forward(edgevlm_session *s, const float *pixel_values,
                                  float *out_vit);
 
 /* Scratch sizing for the vision encoder (vit.c); 0 when the model has no vision. */
-size_t ev_vit_matmul_scratch_bytes(const edgevlm_model *m, int64_t max_patches);
+size_t ev_vit_matmul_scratch_bytes(const edgevlm_model *m, int64_t max_patches, int threads);
 
 #endif

@@ -13,13 +13,13 @@
 #include "session.h"
 #include "util.h"
 
-size_t ev_vit_matmul_scratch_bytes(const edgevlm_model *m, int64_t n) {
+size_t ev_vit_matmul_scratch_bytes(const edgevlm_model *m, int64_t n, int threads) {
     const edgevlm_model_info *in = &m->info;
     if (!in->has_vision || n <= 0) return 0;
     const int64_t c = in->v_n_embd, pp3 = 3LL * in->v_patch_size * in->v_patch_size;
     size_t best = 0, b;
 #define CONSIDER(type, n_in, n_tok) \
-    do { b = ev_matmul_scratch_bytes((type), (n_in), (n_tok)); if (b > best) best = b; } while (0)
+    do { b = ev_matmul_scratch_bytes((type), (n_in), (n_tok), threads); if (b > best) best = b; } while (0)
     CONSIDER(m->patch_w[0].type, pp3, n);
     CONSIDER(m->patch_w[1].type, pp3, n);
     for (int l = 0; l < in->v_n_layer; l++) {
@@ -99,36 +99,83 @@ typedef struct vit_attn_job {
     int64_t segment;               /* patches per attention segment (one temporal group) */
 } vit_attn_job;
 
-/* One (patch, head) pair per item: full attention inside the patch's segment. */
+/* One (segment, head) per item: the head's K^T [hd][S] and V [S][hd] are gathered into the
+ * thread's buffer, then for each block of up to EV_VIT_ATT_QB queries
+ *   P = softmax(Q K^T * scale)  [qb][S]      (sgemm, then exp_sum per row)
+ *   out = P V / rowsum           [qb][hd]    (sgemm into the head's columns of att)
+ * so both products run as register-tiled matrix products over contiguous rows. */
 static void vit_attn_task(void *ctx, int64_t start, int64_t end, int tid) {
     const vit_attn_job *job = ctx;
     edgevlm_session *s = job->s;
     const edgevlm_model_info *in = &s->model->info;
-    const int64_t c = in->v_n_embd, heads = in->v_n_head, hd = c / heads;
+    const int64_t c = in->v_n_embd, heads = in->v_n_head, hd = c / heads, S = job->segment;
     const float scale = 1.0f / sqrtf((float)hd);
-    float *scores = s->v.scores + (int64_t)tid * s->v.max_patches;
     const ev_kernels *k = s->kernels;
+    float *kt = s->v.attn + (int64_t)tid * ev_vit_attn_floats(hd, s->v.max_patches);
+    float *vh = kt + hd * S;                          /* [S][hd] */
+    float *p = vh + S * hd;                           /* [EV_VIT_ATT_QB][S] */
+    float inv[EV_VIT_ATT_QB];
     for (int64_t item = start; item < end; item++) {
-        const int64_t r = item / heads, h = item % heads;
-        const int64_t seg0 = (r / job->segment) * job->segment;
-        const float *q = s->v.qkv + r * 3 * c + h * hd;
-        float mx = -INFINITY;
-        for (int64_t t = 0; t < job->segment; t++) {
-            float sc = k->dot_f32(hd, s->v.qkv + (seg0 + t) * 3 * c + c + h * hd, q) * scale;
-            scores[t] = sc;
-            if (sc > mx) mx = sc;
+        const int64_t seg0 = (item / heads) * S, h = item % heads;
+        const float *q = s->v.qkv + seg0 * 3 * c + h * hd;    /* rows 3c apart */
+        for (int64_t t = 0; t < S; t++) {
+            const float *kr = q + t * 3 * c + c, *vr = kr + c;
+            for (int64_t d = 0; d < hd; d++) kt[d * S + t] = kr[d];
+            memcpy(vh + t * hd, vr, sizeof(float) * (size_t)hd);
         }
-        float sum = 0.0f;
-        for (int64_t t = 0; t < job->segment; t++) {
-            scores[t] = expf(scores[t] - mx);
-            sum += scores[t];
+        for (int64_t q0 = 0; q0 < S; q0 += EV_VIT_ATT_QB) {
+            const int64_t qb = S - q0 < EV_VIT_ATT_QB ? S - q0 : EV_VIT_ATT_QB;
+            k->sgemm_f32(qb, S, hd, scale, q + q0 * 3 * c, 3 * c, kt, S, p, S);
+            for (int64_t i = 0; i < qb; i++) {
+                float *row = p + i * S, mx = row[0];
+                for (int64_t t = 1; t < S; t++) mx = row[t] > mx ? row[t] : mx;
+                inv[i] = 1.0f / k->exp_sum_f32(row, S, mx);
+            }
+            float *out = s->v.att + (seg0 + q0) * c + h * hd;
+            k->sgemm_f32(qb, hd, S, 1.0f, p, S, vh, hd, out, c);
+            for (int64_t i = 0; i < qb; i++)
+                for (int64_t d = 0; d < hd; d++) out[i * c + d] *= inv[i];
         }
-        const float inv = 1.0f / sum;
-        float *out = s->v.att + r * c + h * hd;
-        memset(out, 0, sizeof(float) * (size_t)hd);
-        for (int64_t t = 0; t < job->segment; t++)
-            k->axpy_f32(hd, scores[t] * inv, s->v.qkv + (seg0 + t) * 3 * c + 2 * c + h * hd, out);
     }
+}
+
+/* ---- row operations split across the pool ---------------------------------------------- */
+
+typedef struct vit_rows_job {
+    float *out;
+    const float *x, *w, *b;
+    int64_t n;                     /* row length */
+    float eps;
+    const ev_kernels *k;
+} vit_rows_job;
+
+static void layernorm_task(void *ctx, int64_t r0, int64_t r1, int tid) {
+    (void)tid;
+    const vit_rows_job *j = ctx;
+    ev_layernorm(j->out + r0 * j->n, j->x + r0 * j->n, j->w, j->b, r1 - r0, j->n, j->eps);
+}
+
+static void vit_layernorm(edgevlm_session *s, float *out, const float *x, const ev_tensor *w,
+                          const ev_tensor *b, int64_t rows, int64_t n) {
+    vit_rows_job j = {out, x, w->data, b->data, n, s->model->info.v_eps, s->kernels};
+    ev_pool_for(s->pool, rows, 1, layernorm_task, &j);
+}
+
+static void gelu_tanh_task(void *ctx, int64_t r0, int64_t r1, int tid) {
+    (void)tid;
+    const vit_rows_job *j = ctx;
+    j->k->gelu_tanh_f32(j->out + r0 * j->n, (r1 - r0) * j->n);
+}
+
+static void gelu_erf_task(void *ctx, int64_t r0, int64_t r1, int tid) {
+    (void)tid;
+    const vit_rows_job *j = ctx;
+    ev_gelu_erf(j->out + r0 * j->n, (r1 - r0) * j->n);
+}
+
+static void vit_gelu(edgevlm_session *s, ev_task_fn task, float *x, int64_t rows, int64_t n) {
+    vit_rows_job j = {x, NULL, NULL, NULL, n, 0.0f, s->kernels};
+    ev_pool_for(s->pool, rows, 1, task, &j);
 }
 
 /* A merger: [N, C] rows -> [N/4, n_embd]. The DeepStack form normalises after the 2x2
@@ -139,11 +186,11 @@ static void run_merger(edgevlm_session *s, const ev_merger *mg, const float *h, 
     const int64_t c = in->v_n_embd;
     ev_vit_scratch *v = &s->v;
     if (mg->post_shuffle_norm)
-        ev_layernorm(v->merge_in, h, mg->norm_w.data, mg->norm_b.data, n / 4, 4 * c, in->v_eps);
+        vit_layernorm(s, v->merge_in, h, &mg->norm_w, &mg->norm_b, n / 4, 4 * c);
     else
-        ev_layernorm(v->merge_in, h, mg->norm_w.data, mg->norm_b.data, n, c, in->v_eps);
+        vit_layernorm(s, v->merge_in, h, &mg->norm_w, &mg->norm_b, n, c);
     ev_linear(s, &mg->fc1_w, &mg->fc1_b, v->merge_in, n / 4, v->mlp);
-    ev_gelu_erf(v->mlp, n / 4 * 4 * c);
+    vit_gelu(s, gelu_erf_task, v->mlp, n / 4, mg->fc1_w.ne[1]);
     ev_linear(s, &mg->fc2_w, &mg->fc2_b, v->mlp, n / 4, out);
 }
 
@@ -182,16 +229,16 @@ edgevlm_status ev_vision_forward(edgevlm_session *s, const float *pixel_values, 
     for (int l = 0; l < in->v_n_layer; l++) {
         if (atomic_load(&s->cancel)) return ev_fail(s, EDGEVLM_ERR_CANCELLED, "cancelled");
         const ev_vit_layer *L = &m->vlayers[l];
-        ev_layernorm(v->y, v->h, L->ln1_w.data, L->ln1_b.data, n, c, in->v_eps);
+        vit_layernorm(s, v->y, v->h, &L->ln1_w, &L->ln1_b, n, c);
         ev_linear(s, &L->qkv_w, &L->qkv_b, v->y, n, v->qkv);
         vit_rope_apply(in, v, n);
         vit_attn_job job = {s, (int64_t)gh * gw};
-        ev_pool_for(s->pool, n * in->v_n_head, 1, vit_attn_task, &job);
+        ev_pool_for(s->pool, n / job.segment * in->v_n_head, 1, vit_attn_task, &job);
         ev_linear(s, &L->out_w, &L->out_b, v->att, n, v->y);
         ev_add(v->h, v->y, n * c);
-        ev_layernorm(v->y, v->h, L->ln2_w.data, L->ln2_b.data, n, c, in->v_eps);
+        vit_layernorm(s, v->y, v->h, &L->ln2_w, &L->ln2_b, n, c);
         ev_linear(s, &L->up_w, &L->up_b, v->y, n, v->mlp);
-        ev_gelu_tanh(v->mlp, n * in->v_n_ff);
+        vit_gelu(s, gelu_tanh_task, v->mlp, n, in->v_n_ff);
         ev_linear(s, &L->down_w, &L->down_b, v->mlp, n, v->y);
         ev_add(v->h, v->y, n * c);
         if (tap < in->n_deepstack && in->v_deepstack_layers[tap] == l) {

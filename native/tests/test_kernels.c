@@ -167,6 +167,77 @@ static void axpy_and_attention_dots(const ev_kernels *k) {
     CHECK_MSG(bad == 0, "%s: %d axpy/dot results off", k->name, bad);
 }
 
+/* ---- the ViT's float kernels: sgemm, exp_sum, tanh-GELU --------------------------------- */
+
+static int check_sgemm(const ev_kernels *k, int64_t m, int64_t n, int64_t kk, int64_t lda,
+                       int64_t ldb, int64_t ldc) {
+    float *a = malloc((size_t)(m * lda) * 4), *b = malloc((size_t)(kk * ldb) * 4);
+    float *c = malloc((size_t)(m * ldc) * 4);
+    fill(a, m * lda, 2.0f);
+    fill(b, kk * ldb, 2.0f);
+    for (int64_t i = 0; i < m * ldc; i++) c[i] = -7.0f;       /* sentinel past n */
+    const float alpha = 0.37f;
+    k->sgemm_f32(m, n, kk, alpha, a, lda, b, ldb, c, ldc);
+    int bad = 0;
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < ldc; j++) {
+            if (j >= n) {
+                bad += c[i * ldc + j] != -7.0f;                /* nothing written outside C */
+                continue;
+            }
+            double v = 0, mag = 0;
+            for (int64_t p = 0; p < kk; p++) {
+                v += (double)a[i * lda + p] * b[p * ldb + j];
+                mag += fabs((double)a[i * lda + p] * b[p * ldb + j]);
+            }
+            bad += fabs(c[i * ldc + j] - alpha * v) > alpha * tol_for(kk, mag) + 1e-30;
+        }
+    }
+    free(a);
+    free(b);
+    free(c);
+    return bad;
+}
+
+static void test_vit_kernels(const ev_kernels *k) {
+    /* shapes: tile edges in every direction (4-row blocks, 16/8/masked columns), strides */
+    static const int64_t shapes[][6] = {
+        {64, 784, 64, 3 * 64, 784, 784}, {64, 64, 784, 784, 64, 192}, {1, 1, 1, 1, 1, 1},
+        {5, 23, 7, 9, 31, 25}, {7, 16, 3, 3, 16, 16}, {3, 8, 40, 40, 8, 11}, {9, 41, 17, 20, 41, 48},
+    };
+    int bad = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const int64_t *sh = shapes[i];
+        bad += check_sgemm(k, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
+    }
+    CHECK_MSG(bad == 0, "%s: %d sgemm results off", k->name, bad);
+
+    /* exp_sum against expf: softmax inputs (<= 0 after the max), the underflow edge, tails */
+    const ev_kernels *s = ev_kernels_scalar();
+    bad = 0;
+    for (int64_t n = 1; n <= 70; n += 3) {
+        float x0[70], x1[70];
+        for (int64_t i = 0; i < n; i++) x0[i] = x1[i] = -fabsf(tu_randf(&seed)) * (i % 5 ? 12 : 95);
+        x0[0] = x1[0] = 0.0f;
+        float s0 = s->exp_sum_f32(x0, n, 0.5f), s1 = k->exp_sum_f32(x1, n, 0.5f);
+        for (int64_t i = 0; i < n; i++) bad += fabsf(x0[i] - x1[i]) > 4e-7f * x0[i] + 1e-37f;
+        bad += fabsf(s0 - s1) > 2e-6f * s0;
+    }
+    CHECK_MSG(bad == 0, "%s: %d exp_sum results off", k->name, bad);
+
+    /* tanh-GELU against the libm form over [-12, 12] and a few far points */
+    bad = 0;
+    float g0[1003], g1[1003];
+    for (int i = 0; i < 1000; i++) g0[i] = g1[i] = -12.0f + 24.0f * (float)i / 999.0f;
+    g0[1000] = g1[1000] = -60.0f;
+    g0[1001] = g1[1001] = 60.0f;
+    g0[1002] = g1[1002] = 1e-6f;
+    s->gelu_tanh_f32(g0, 1003);
+    k->gelu_tanh_f32(g1, 1003);
+    for (int i = 0; i < 1003; i++) bad += fabsf(g0[i] - g1[i]) > 1e-6f * (1.0f + fabsf(g0[i]));
+    CHECK_MSG(bad == 0, "%s: %d gelu_tanh results off", k->name, bad);
+}
+
 static void test_simd_sets_against_scalar(void) {
     const ev_kernels *sets[2];
     int n = simd_sets(sets);
@@ -175,7 +246,9 @@ static void test_simd_sets_against_scalar(void) {
         vec_dot_detects_single_element(sets[i]);
         fp16_simd_conversion_exhaustive(sets[i]);
         axpy_and_attention_dots(sets[i]);
+        test_vit_kernels(sets[i]);
     }
+    test_vit_kernels(ev_kernels_scalar());   /* the reference against double sums too */
 }
 
 /* ---- ev_matmul ------------------------------------------------------------------------- */
@@ -188,7 +261,7 @@ static int check_matmul(ev_pool *pool, const ev_kernels *k, int32_t type, int64_
     float *bias = malloc((size_t)n_out * 4), *wf = malloc((size_t)n_in * 4);
     float *xf = malloc((size_t)n_in * 4);
     ev_block_q8_0 *xq = malloc((size_t)(n_in / 32 + 1) * sizeof(ev_block_q8_0));
-    size_t sb = ev_matmul_scratch_bytes(type, n_in, n_tok);
+    size_t sb = ev_matmul_scratch_bytes(type, n_in, n_tok, pool ? ev_pool_n_threads(pool) : 1);
     void *scratch = sb ? aligned_alloc(64, (sb + 63) / 64 * 64) : NULL;
     make_weights(type, w, n_out, n_in);
     fill(x, n_in * n_tok, 2.0f);
@@ -196,10 +269,12 @@ static int check_matmul(ev_pool *pool, const ev_kernels *k, int32_t type, int64_
     for (int64_t i = 0; i < n_out * n_tok; i++) y[i] = NAN;     /* every output is written */
     ev_matmul(pool, k, type, w, with_bias ? bias : NULL, n_out, n_in, x, n_tok, y, scratch);
     int bad = 0;
-    const int quant = ev_type_get(type)->quantized;
+    /* decode-sized products with quantised weights quantise the activations to Q8_0 */
+    const int quant = ev_type_get(type)->quantized && n_tok < EV_MATMUL_FLOAT_MIN_TOK;
     for (int64_t t = 0; t < n_tok; t++) {
         /* the reference multiplies what the kernel multiplies: for quantised weights the
-         * activations after Q8_0 quantisation (a separate loose check below covers that) */
+         * activations after Q8_0 quantisation (a separate loose check below covers that),
+         * from EV_MATMUL_FLOAT_MIN_TOK tokens on the float activations themselves */
         if (quant) {
             ev_quantize_row_q8_0(x + t * n_in, xq, n_in);
             ev_row_to_f32(EV_TYPE_Q8_0, xq, xf, n_in);
@@ -233,14 +308,14 @@ static void test_matmul_against_double_reference(void) {
     const int n_sets = 1 + simd_sets(sets + 1);
     ev_pool *pools[2] = {ev_pool_new(1), ev_pool_new(3)};
     CHECK(pools[0] && pools[1]);
-    const int64_t toks[] = {1, 3, 17, 64};
+    const int64_t toks[] = {1, 3, 17, 64, 101};
     const struct { int64_t n_out, n_in; } shapes[] = {
         {1, 32}, {5, 64}, {37, 96}, {64, 256}, {130, 2112}, {20, 6144}};
     for (int si = 0; si < n_sets; si++) {
         for (int pi = 0; pi < 2; pi++) {
             for (int ti = 0; ti < 5; ti++) {
                 for (size_t hi = 0; hi < sizeof shapes / sizeof shapes[0]; hi++) {
-                    for (int ki = 0; ki < 4; ki++) {
+                    for (int ki = 0; ki < 5; ki++) {
                         int64_t n_tok = toks[ki];
                         if (shapes[hi].n_in * shapes[hi].n_out * n_tok > 4000000 && si == 0)
                             continue;   /* the scalar set is slow; big shapes run once below */
@@ -272,12 +347,12 @@ static void test_matmul_sets_agree_and_null_pool(void) {
     /* scalar and SIMD on the same data agree; a NULL pool runs on the caller */
     for (int ti = 0; ti < 5; ti++) {
         int32_t type = TYPES[ti];
-        const int64_t n_out = 48, n_in = 512, n_tok = 9;
+        const int64_t n_out = 48, n_in = 512, n_tok = 19;      /* the many-token path */
         uint8_t *w = malloc((size_t)(ev_row_bytes(type, n_in) * n_out));
-        float x[512 * 9], y0[48 * 9], y1[48 * 9];
+        float x[512 * 19], y0[48 * 19], y1[48 * 19];
         make_weights(type, w, n_out, n_in);
         fill(x, n_in * n_tok, 1.0f);
-        size_t sb = ev_matmul_scratch_bytes(type, n_in, n_tok);
+        size_t sb = ev_matmul_scratch_bytes(type, n_in, n_tok, 1);
         void *scratch = sb ? aligned_alloc(64, (sb + 63) / 64 * 64) : NULL;
         ev_matmul(NULL, ev_kernels_scalar(), type, w, NULL, n_out, n_in, x, n_tok, y0, scratch);
         ev_matmul(NULL, ev_kernels_best(), type, w, NULL, n_out, n_in, x, n_tok, y1, scratch);
@@ -288,10 +363,15 @@ static void test_matmul_sets_agree_and_null_pool(void) {
         free(w);
         free(scratch);
     }
-    CHECK(ev_matmul_scratch_bytes(EV_TYPE_F32, 4096, 512) == 0);
-    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q8_0, 4096, 512) >= 128 * 512 * 38);
-    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q4_0, 33, 1) == SIZE_MAX);
-    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q8_0, INT64_MAX / 64 * 32, 1 << 30) == SIZE_MAX);
+    const size_t pack = sizeof(float) * EV_GEMM_PACK_FLOATS;
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_F32, 4096, 1, 4) == 0);
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_F32, 4096, 512, 3) == 3 * pack);
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q8_0, 4096, 15, 1) >= 128 * 15 * 38);
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q8_0, 4096, 512, 2) >= 2 * pack);
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q8_0, 4096, 512, 2) >= 128 * 15 * 38);
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q4_0, 33, 1, 1) == SIZE_MAX);
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_F32, 64, 512, 0) == SIZE_MAX);
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q8_0, INT64_MAX / 64 * 32, 1 << 30, 1) == SIZE_MAX);
 }
 
 /* ---- row operations -------------------------------------------------------------------- */

@@ -161,14 +161,30 @@ def test_q8_0_argmax_agreement(converted: Callable[[str, str], Path]) -> None:
             assert rel(mine, np.concatenate([l2, s2])) < 5e-2, (model, case)
     print(f"Q8_0 argmax agreement: {vs_exact[0]}/{vs_exact[1]} with exact arithmetic on the "
           f"Q8_0 weights, {vs_hf[0]}/{vs_hf[1]} with transformers F32")
-    assert vs_exact[0] / vs_exact[1] >= 0.95
-    assert vs_hf[0] / vs_hf[1] >= 0.93
+    # Prompt logits come from the many-token path (float activations times the exact Q8_0
+    # weights), decode steps from Q8_0 activations (ggml's arithmetic): measured 686/689.
+    assert vs_exact[0] / vs_exact[1] >= 0.99
+    assert vs_hf[0] / vs_hf[1] >= 0.95
 
 
 def test_scalar_and_simd_kernels_give_the_same_answer(
         converted: Callable[[str, str], Path]) -> None:
+    # The vision tower and the text decoder are compared separately, the decoder on the same
+    # vision rows. With Q8_0 weights the activations are quantised to Q8_0 at every matmul:
+    # a float difference of 1e-7 (summation order) can move one of them by a rounding step,
+    # which shifts the logits of these random tiny models by up to 1 %; the kernels
+    # themselves are compared exactly in native/tests/test_kernels.c. So Q8_0 gets 1e-2 and
+    # the same argmax on every row, the float types 1e-4.
+    g = golden("qwen3vl-tiny-a", "two_images")
     for wtype in ("f32", "q8_0", "bf16"):
-        g = golden("qwen3vl-tiny-a", "two_images")
-        _, fast, _ = run_case(session_for(converted("qwen3vl-tiny-a", wtype)), g)
-        _, ref, _ = run_case(session_for(converted("qwen3vl-tiny-a", wtype), scalar=True), g)
-        assert rel(fast, ref) < 1e-4, wtype
+        fast = session_for(converted("qwen3vl-tiny-a", wtype))
+        ref = session_for(converted("qwen3vl-tiny-a", wtype), scalar=True)
+        fast_items, ref_items = encode_items(fast, g), encode_items(ref, g)
+        for (_, _, f1, vit1), (_, _, f2, vit2) in zip(fast_items, ref_items, strict=True):
+            assert rel(vit1, vit2) < 1e-5, wtype
+            assert rel(f1.embeddings, f2.embeddings) < 1e-5, wtype
+            assert rel(f1.deepstack, f2.deepstack) < 1e-5, wtype
+        prompt = prompt_from_golden(g, ref_items)
+        logits = [s.prefill(prompt, n_logits=len(prompt.tokens)) for s in (fast, ref)]
+        assert rel(logits[0], logits[1]) < (1e-2 if wtype == "q8_0" else 1e-4), wtype
+        assert list(logits[0].argmax(axis=1)) == list(logits[1].argmax(axis=1)), wtype

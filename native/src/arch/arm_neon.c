@@ -15,6 +15,8 @@
 #include <sys/auxv.h>
 
 #include "../kernels.h"
+#include "arm_neon_sgemm.h"
+#include "arm_neon_vit.h"
 
 #ifndef HWCAP_ASIMDDP
 #define HWCAP_ASIMDDP (1 << 20)
@@ -259,9 +261,14 @@ static void gemm_bf16(const ev_gemm_args *a, int64_t r0, int64_t r1) {
                     [EV_TYPE_Q4_0] = vec_dot_q4_0_##SUFFIX},                                \
         .dot_f32 = dot_f32, .axpy_f32 = axpy_f32, .dot_f16_f32 = dot_f16_f32,               \
         .axpy_f16_f32 = axpy_f16_f32, .quantize_q8_0 = quantize_q8_0,                       \
+        .sgemm_f32 = ev_neon_sgemm_f32, .exp_sum_f32 = ev_neon_exp_sum_f32,                 \
+        .gelu_tanh_f32 = ev_neon_gelu_tanh_f32,                                             \
         .gemm = {[EV_TYPE_F32] = gemm_f32, [EV_TYPE_F16] = gemm_f16,                        \
                  [EV_TYPE_BF16] = gemm_bf16, [EV_TYPE_Q8_0] = gemm_q8_0_##SUFFIX,           \
                  [EV_TYPE_Q4_0] = gemm_q4_0_##SUFFIX},                                      \
+        .gemm_dq = {[EV_TYPE_F32] = ev_neon_gemm_dq, [EV_TYPE_F16] = ev_neon_gemm_dq,       \
+                    [EV_TYPE_BF16] = ev_neon_gemm_dq, [EV_TYPE_Q8_0] = ev_neon_gemm_dq,     \
+                    [EV_TYPE_Q4_0] = ev_neon_gemm_dq},                                      \
     }
 
 static const ev_kernels NEON_PLAIN = NEON_SET("neon", plain);

@@ -151,6 +151,9 @@ static const ev_kernels AVX2 = {
     .axpy_f32 = axpy_f32,
     .dot_f16_f32 = dot_f16_f32,
     .axpy_f16_f32 = axpy_f16_f32,
+    .sgemm_f32 = ev_avx2_sgemm_f32,
+    .exp_sum_f32 = ev_avx2_exp_sum_f32,
+    .gelu_tanh_f32 = ev_avx2_gelu_tanh_f32,
     .quantize_q8_0 = quantize_q8_0,
     .gemm = {
         [EV_TYPE_F32] = ev_avx2_gemm_f32,
@@ -158,6 +161,13 @@ static const ev_kernels AVX2 = {
         [EV_TYPE_BF16] = ev_avx2_gemm_bf16,
         [EV_TYPE_Q8_0] = ev_avx2_gemm_q8_0,
         [EV_TYPE_Q4_0] = ev_avx2_gemm_q4_0,
+    },
+    .gemm_dq = {
+        [EV_TYPE_F32] = ev_avx2_gemm_dq_f32,
+        [EV_TYPE_F16] = ev_avx2_gemm_dq_f16,
+        [EV_TYPE_BF16] = ev_avx2_gemm_dq_bf16,
+        [EV_TYPE_Q8_0] = ev_avx2_gemm_dq_q8_0,
+        [EV_TYPE_Q4_0] = ev_avx2_gemm_dq_q4_0,
     },
 };
 

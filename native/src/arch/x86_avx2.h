@@ -58,5 +58,19 @@ void ev_avx2_gemm_bf16(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx2_gemm_q8_0(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx2_gemm_q4_0(const ev_gemm_args *a, int64_t r0, int64_t r1);
 
+
+/* the many-token products on float activations of x86_avx2_sgemm.c */
+void ev_avx2_gemm_dq_f32(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx2_gemm_dq_f16(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx2_gemm_dq_bf16(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx2_gemm_dq_q8_0(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx2_gemm_dq_q4_0(const ev_gemm_args *a, int64_t r0, int64_t r1);
+
+/* the ViT's float kernels of x86_avx2_vit.c */
+void ev_avx2_sgemm_f32(int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                       int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
+float ev_avx2_exp_sum_f32(float *x, int64_t n, float max);
+void ev_avx2_gelu_tanh_f32(float *x, int64_t n);
+
 #endif
 #endif

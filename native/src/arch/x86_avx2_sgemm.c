@@ -1,0 +1,219 @@
+/*
+ * x86_avx2_sgemm.c - the many-token matrix product (prefill chunks, the ViT) on float32
+ * activations: Y[t][r] = X[t] . W[r] (+ bias[r]) for one thread's rows [r0, r1), weights of any
+ * type dequantised exactly into panels. Reference: the scalar set's gemm_dq (kernels_scalar.c).
+ *
+ * Why float: on AVX2 without VNNI an int8 block dot costs sign + maddubs + madd + cvt + FMA
+ * per 32 products and block; two FMAs do 16 products. Dequantising a panel once and reusing it
+ * for every token is faster, and exact (no rounding of the activations to Q8_0).
+ *
+ * Loop nest (BLIS): K in chunks of EV_GEMM_KC columns; the thread's rows in chunks of
+ * EV_GEMM_NC, dequantised once into panels of 16 rows laid out [k][16] (256 KB, L2/L3);
+ * tokens in blocks of EV_GEMM_MC packed into micro-tiles [k][6] (240 KB, L2); for each panel
+ * (16 KB, L1) and token micro-tile a 6 tokens x 16 rows micro-kernel (12 accumulators: per
+ * column 2 panel loads, 6 broadcasts, 12 FMAs) adds into y after the first chunk.
+ */
+#if defined(__x86_64__)
+
+#include <string.h>
+
+#include "x86_avx2.h"
+
+#define PK_NR 16                 /* weight rows per panel: two vectors of outputs */
+#define PK_MR 6                  /* tokens per micro-tile */
+#define PK_KC EV_GEMM_KC         /* columns per chunk, a multiple of the block size 32 */
+#define PK_MC (EV_GEMM_MC / PK_MR * PK_MR)   /* tokens per block */
+#define PK_NC EV_GEMM_NC         /* weight rows dequantised per chunk, a multiple of 16 */
+
+/* Columns [k0, k0 + kc) of one weight row as float32 into dst[kc]. k0 % 32 == 0. */
+EV_AVX2_INLINE void dq_row(const int type, const uint8_t *row, int64_t k0, int kc, float *dst) {
+    int k = 0;
+    switch (type) {
+    case EV_TYPE_F32:
+        memcpy(dst, (const float *)row + k0, sizeof(float) * (size_t)kc);
+        return;
+    case EV_TYPE_F16:
+        for (; k + 8 <= kc; k += 8) _mm256_storeu_ps(dst + k, avx2_load8_f16((const ev_fp16 *)row + k0 + k));
+        for (; k < kc; k++) dst[k] = ev_fp16_to_f32(((const ev_fp16 *)row)[k0 + k]);
+        return;
+    case EV_TYPE_BF16:
+        for (; k + 8 <= kc; k += 8) _mm256_storeu_ps(dst + k, avx2_load8_bf16((const ev_bf16 *)row + k0 + k));
+        for (; k < kc; k++) dst[k] = ev_bf16_to_f32(((const ev_bf16 *)row)[k0 + k]);
+        return;
+    case EV_TYPE_Q8_0: {
+        const ev_block_q8_0 *b = (const ev_block_q8_0 *)row + k0 / EV_QK;
+        for (; k < kc; k += EV_QK, b++) {
+            const __m256 d = _mm256_set1_ps(avx2_fp16(b->d));
+            for (int g = 0; g < EV_QK; g += 8) {
+                __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + g)));
+                _mm256_storeu_ps(dst + k + g, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
+            }
+        }
+        return;
+    }
+    default: {  /* EV_TYPE_Q4_0 */
+        const ev_block_q4_0 *b = (const ev_block_q4_0 *)row + k0 / EV_QK;
+        for (; k < kc; k += EV_QK, b++) {
+            const __m256 d = _mm256_set1_ps(avx2_fp16(b->d));
+            const __m256i v = avx2_unpack_q4_0(b->qs);      /* 32 int8 in element order */
+            const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+            const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+            for (int g = 0; g < 4; g++) {
+                __m256i q = _mm256_cvtepi8_epi32(parts[g]);
+                _mm256_storeu_ps(dst + k + 8 * g, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
+            }
+        }
+        return;
+    }
+    }
+}
+
+/* Rows r..r+R-1 (R <= 16; the rest zeros), columns [k0, k0 + kc) into one panel [k][16]. */
+EV_AVX2_INLINE void pk_pack(float *panel, const ev_gemm_args *a, const int type, int64_t r, int R,
+                            int64_t k0, int kc) {
+    _Alignas(32) float tmp[PK_KC];
+    for (int i = 0; i < PK_NR; i++) {
+        if (i < R) {
+            dq_row(type, a->w + (r + i) * a->w_stride, k0, kc, tmp);
+            for (int k = 0; k < kc; k++) panel[k * PK_NR + i] = tmp[k];
+        } else {
+            for (int k = 0; k < kc; k++) panel[k * PK_NR + i] = 0.0f;
+        }
+    }
+}
+
+/* Tokens [t0, t1) x columns [k0, k0 + kc) packed as micro-tiles [tile][k][PK_MR] (a
+ * short last tile padded with zeros), so the micro-kernel reads one contiguous stream. */
+EV_AVX2_INLINE void pk_pack_x(float *xp, const ev_gemm_args *a, int64_t t0, int64_t t1,
+                              int64_t k0, int kc) {
+    for (int64_t t = t0; t < t1; t += PK_MR) {
+        float *tile = xp + (t - t0) / PK_MR * (int64_t)kc * PK_MR;
+        for (int m = 0; m < PK_MR; m++) {
+            if (t + m < t1) {
+                const float *xr = (const float *)(a->x + (t + m) * a->x_stride) + k0;
+                for (int k = 0; k < kc; k++) tile[k * PK_MR + m] = xr[k];
+            } else {
+                for (int k = 0; k < kc; k++) tile[k * PK_MR + m] = 0.0f;
+            }
+        }
+    }
+}
+
+EV_AVX2_INLINE __m256i pk_mask(int n) {   /* lanes [0, n) */
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* M tokens (<= 6) x the panel's 16 rows over kc columns; R valid rows; `first`: the first K
+ * chunk (y = bias + sum), otherwise y += sum. */
+EV_AVX2_INLINE void pk_tile(const int M, const float *x, const float *pw, int kc, float *y,
+                            int64_t ldy, int R, int first, const float *bias) {
+    __m256 acc[PK_MR][2];
+#pragma GCC unroll 6
+    for (int m = 0; m < M; m++) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    for (int k = 0; k < kc; k++) {
+        const __m256 w0 = _mm256_load_ps(pw + k * PK_NR), w1 = _mm256_load_ps(pw + k * PK_NR + 8);
+#pragma GCC unroll 6
+        for (int m = 0; m < M; m++) {
+            const __m256 xb = _mm256_broadcast_ss(x + k * PK_MR + m);
+            acc[m][0] = _mm256_fmadd_ps(xb, w0, acc[m][0]);
+            acc[m][1] = _mm256_fmadd_ps(xb, w1, acc[m][1]);
+        }
+    }
+    if (R == PK_NR) {
+        __m256 b0 = _mm256_setzero_ps(), b1 = b0;
+        if (first && bias) {
+            b0 = _mm256_loadu_ps(bias);
+            b1 = _mm256_loadu_ps(bias + 8);
+        }
+#pragma GCC unroll 6
+        for (int m = 0; m < M; m++) {
+            float *yr = y + m * ldy;
+            __m256 v0 = _mm256_add_ps(acc[m][0], first ? b0 : _mm256_loadu_ps(yr));
+            __m256 v1 = _mm256_add_ps(acc[m][1], first ? b1 : _mm256_loadu_ps(yr + 8));
+            _mm256_storeu_ps(yr, v0);
+            _mm256_storeu_ps(yr + 8, v1);
+        }
+        return;
+    }
+    const __m256i m0 = pk_mask(R < 8 ? R : 8), m1 = pk_mask(R > 8 ? R - 8 : 0);
+    __m256 b0 = _mm256_setzero_ps(), b1 = b0;
+    if (first && bias) {
+        b0 = _mm256_maskload_ps(bias, m0);
+        b1 = _mm256_maskload_ps(bias + 8, m1);
+    }
+#pragma GCC unroll 6
+    for (int m = 0; m < M; m++) {
+        float *yr = y + m * ldy;
+        __m256 v0 = _mm256_add_ps(acc[m][0], first ? b0 : _mm256_maskload_ps(yr, m0));
+        __m256 v1 = _mm256_add_ps(acc[m][1], first ? b1 : _mm256_maskload_ps(yr + 8, m1));
+        _mm256_maskstore_ps(yr, m0, v0);
+        _mm256_maskstore_ps(yr + 8, m1, v1);
+    }
+}
+
+/* one function per token count, so that the accumulators stay in registers */
+#define PK_TILE(M)                                                                           \
+    EV_AVX2 __attribute__((noinline)) static void pk_tile_##M(                               \
+        const float *x, const float *pw, int kc, float *y, int64_t ldy, int R, int first,    \
+        const float *bias) {                                                                \
+        pk_tile(M, x, pw, kc, y, ldy, R, first, bias);                                      \
+    }
+PK_TILE(1)
+PK_TILE(2)
+PK_TILE(3)
+PK_TILE(4)
+PK_TILE(5)
+PK_TILE(6)
+#undef PK_TILE
+
+typedef void (*pk_tile_fn)(const float *, const float *, int, float *, int64_t, int, int,
+                           const float *);
+static const pk_tile_fn PK_TILES[PK_MR + 1] = {NULL, pk_tile_1, pk_tile_2, pk_tile_3,
+                                               pk_tile_4, pk_tile_5, pk_tile_6};
+
+/* The thread's pack buffer (a->pack): packed tokens [PK_MC][PK_KC], then the dequantised
+ * panels of up to PK_NC rows [PK_NC / 16][PK_KC][16]. Each weight is dequantised once per
+ * call; the token block is packed once per K chunk and row chunk. */
+EV_AVX2_INLINE void gemm_dq(const ev_gemm_args *a, int64_t r0, int64_t r1, const int type) {
+    float *xp = a->pack, *wp = a->pack + PK_MC * PK_KC;
+    for (int64_t k0 = 0; k0 < a->n_in; k0 += PK_KC) {
+        const int kc = (int)(a->n_in - k0 < PK_KC ? a->n_in - k0 : PK_KC);
+        for (int64_t jc = r0; jc < r1; jc += PK_NC) {
+            const int64_t jc1 = jc + PK_NC < r1 ? jc + PK_NC : r1;
+            for (int64_t r = jc; r < jc1; r += PK_NR)
+                pk_pack(wp + (r - jc) * kc, a, type, r, (int)(jc1 - r < PK_NR ? jc1 - r : PK_NR),
+                        k0, kc);
+            for (int64_t t0 = 0; t0 < a->n_tok; t0 += PK_MC) {
+                const int64_t t1 = t0 + PK_MC < a->n_tok ? t0 + PK_MC : a->n_tok;
+                pk_pack_x(xp, a, t0, t1, k0, kc);
+                for (int64_t r = jc; r < jc1; r += PK_NR) {
+                    const int R = (int)(jc1 - r < PK_NR ? jc1 - r : PK_NR);
+                    const float *bias = a->bias ? a->bias + r : NULL;
+                    for (int64_t t = t0; t < t1; t += PK_MR) {
+                        const int M = (int)(t1 - t < PK_MR ? t1 - t : PK_MR);
+                        PK_TILES[M](xp + (t - t0) * kc, wp + (r - jc) * kc, kc,
+                                    a->y + t * a->n_out + r, a->n_out, R, k0 == 0, bias);
+                    }
+                }
+            }
+        }
+    }
+}
+
+EV_AVX2 void ev_avx2_gemm_dq_f32(const ev_gemm_args *a, int64_t r0, int64_t r1) {
+    gemm_dq(a, r0, r1, EV_TYPE_F32);
+}
+EV_AVX2 void ev_avx2_gemm_dq_f16(const ev_gemm_args *a, int64_t r0, int64_t r1) {
+    gemm_dq(a, r0, r1, EV_TYPE_F16);
+}
+EV_AVX2 void ev_avx2_gemm_dq_bf16(const ev_gemm_args *a, int64_t r0, int64_t r1) {
+    gemm_dq(a, r0, r1, EV_TYPE_BF16);
+}
+EV_AVX2 void ev_avx2_gemm_dq_q8_0(const ev_gemm_args *a, int64_t r0, int64_t r1) {
+    gemm_dq(a, r0, r1, EV_TYPE_Q8_0);
+}
+EV_AVX2 void ev_avx2_gemm_dq_q4_0(const ev_gemm_args *a, int64_t r0, int64_t r1) {
+    gemm_dq(a, r0, r1, EV_TYPE_Q4_0);
+}
+
+#endif
