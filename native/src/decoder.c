@@ -68,12 +68,7 @@ static void attn_task(void *ctx, int64_t start, int64_t end, int tid) {
             scores[t] = sc;
             if (sc > mx) mx = sc;
         }
-        float sum = 0.0f;
-        for (int64_t t = 0; t < n_keys; t++) {
-            scores[t] = expf(scores[t] - mx);
-            sum += scores[t];
-        }
-        const float inv = 1.0f / sum;
+        const float inv = 1.0f / k->exp_sum_f32(scores, n_keys, mx);
         memset(acc, 0, sizeof(float) * (size_t)hd);
         for (int64_t t = 0; t < n_keys; t++) {
             const char *vrow = vc + ((size_t)t * kv_row + (size_t)g * hd) * s->kv_elem;
