@@ -8,14 +8,26 @@ is timed on one clock (``time.monotonic``), inside the daemon where it matters:
   network thread -> the worker takes the job), for a ~200 KB JPEG, one request at a time.
 - answer ready -> published: the model call returns (``Engine.generate_prepared``) -> the
   answer is handed to paho (``MqttLink.publish``), and -> it arrives at the client.
-- flood: 1,000 invalid requests (wrong schema, each with an id) published as fast as paho
-  can, answered ``invalid_request`` on the network thread; the rate is end to end (first
-  publish -> last error answer at the client). A valid request sent in the middle of the
-  flood: its round trip minus the idle round trip is its delay.
+- refusal rate: 1,000 invalid requests (wrong schema, each with an id) offered as fast as
+  one client sends them (``--capacity-rate``), answered ``invalid_request`` on the network
+  thread; the rate is end to end (first publish -> last error answer at the client). Offered
+  at exactly 2,000/s this could never read >= 2,000/s (the last answer comes a round trip
+  after the last request), so the rate is measured with the daemon saturated.
+- valid request delay: 1,000 invalid requests offered at 2,000/s (``--flood-rate``); a third
+  of the way in, a valid request from a client in its own process: its round trip minus its
+  idle round trip is its delay. It waits behind the flood in the broker's TCP stream to the
+  daemon, so it is small only when the daemon keeps up with 2,000/s.
+- CPU per invalid request: the daemon's network thread and the whole daemon process from the
+  start of the flood until its last answer was acked (also the network thread between the
+  first and the last flood request only, as measured before: it leaves out the confirmations
+  and acks still due then); the flooding client's own CPU (``mqtt_flood.py``: prebuilt packets
+  on a socket by default, paho-mqtt with ``--flood-client paho``; on 2 cores the client
+  competes with the daemon for CPU).
 
 Targets: received -> started <= 2 ms p50, ready -> published <= 2 ms p50, flood >= 2,000
 req/s, valid request delayed <= 50 ms. Not run in CI.
-Run: ``.venv/bin/python bench/bench_mqtt.py [--runs N] [--flood N] [--json]``
+Run: ``.venv/bin/python bench/bench_mqtt.py [--runs N] [--flood N] [--flood-client raw|paho]
+[--json]``
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ import contextlib
 import io
 import json
 import logging
+import os
 import statistics
 import threading
 import time
@@ -32,6 +45,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+from mqtt_flood import FLOODERS
 from PIL import Image
 
 from edgevlm.ask import DescribeClient, describe_request, image_part
@@ -67,6 +81,7 @@ class Probe:
         self.ready: dict[str, float] = {}
         self.handed: dict[str, float] = {}
         self.flood_cpu: list[float] = []   # network-thread CPU time at each flood message
+        self.network_clock: int | None = None  # the network thread's CPU clock
         engine, link, requests = service.engine, service.link, service.requests
         generate, publish, handle = engine.generate_prepared, link.publish, requests.handle
 
@@ -74,6 +89,14 @@ class Probe:
             handle(msg, topic)
             if b'"bad-' in msg.payload[:40]:
                 self.flood_cpu.append(time.thread_time())
+            if self.network_clock is None:
+                self.network_clock = time.pthread_getcpuclockid(threading.get_ident())
+
+        def network_cpu() -> float:
+            clock = self.network_clock
+            return time.clock_gettime(clock) if clock is not None else float("nan")
+
+        self.network_cpu = network_cpu
 
         def timed_generate(request: Any, *args: Any, **kwargs: Any) -> Any:
             result = generate(request, *args, **kwargs)
@@ -84,7 +107,10 @@ class Probe:
         def timed_publish(topic: str, payload: bytes | str, *args: Any, **kwargs: Any) -> Any:
             info = publish(topic, payload, *args, **kwargs)
             now = time.monotonic()
-            if "/reply/" in topic:
+            # only the answers of the "size-" requests: parsing every flood answer here
+            # would bill the probe's own JSON work to the network thread being measured
+            head = payload[:40] if isinstance(payload, bytes) else payload[:40].encode()
+            if "/reply/" in topic and b'"size-' in head:
                 with contextlib.suppress(ValueError, AttributeError):
                     rid = json.loads(payload).get("id")
                     if rid is not None:
@@ -146,86 +172,80 @@ def round_trip(client: DescribeClient, image: bytes, rid: str) -> float:
     return (waiter.received_at - t0) * 1e3
 
 
-def _flooder(host: str, port: int, count: int, inflight: int, rate: float, go: Any, out: Any
-             ) -> None:
-    """Child process: publish ``count`` invalid requests at ``rate`` per second (0: as fast as
-    paho can) with prebuilt payloads; report when the first went out, when the last error
-    answer came back, and whether every answer was ``invalid_request``."""
-    import paho.mqtt.client as paho
-    from paho.mqtt.enums import CallbackAPIVersion
-    from paho.mqtt.packettypes import PacketTypes
-    from paho.mqtt.properties import Properties
-
-    reply = f"edgevlm/{NODE}/reply/flood"
-    answers: dict[str, str] = {}
-    done = threading.Event()
-    last = [0.0]
-
-    def on_message(client: Any, userdata: Any, msg: paho.MQTTMessage) -> None:
-        body = json.loads(msg.payload)
-        answers[body.get("id")] = (body.get("error") or {}).get("type", body.get("status"))
-        last[0] = time.monotonic()
-        if len(answers) >= count:
-            done.set()
-
-    subscribed = threading.Event()
-    client = paho.Client(CallbackAPIVersion.VERSION2, protocol=paho.MQTTv5)
-    client.max_inflight_messages_set(inflight)
-    client.on_message = on_message
-    client.on_subscribe = lambda *a: subscribed.set()
-    client.connect(host, port)
-    client.loop_start()
-    client.subscribe(reply, qos=1)
-    subscribed.wait(30)
-    props = Properties(PacketTypes.PUBLISH)
-    props.ResponseTopic = reply
-    props.CorrelationData = b"flood"
-    topic = f"edgevlm/{NODE}/request/describe"
-    payloads = [json.dumps({"v": 1, "id": f"bad-{i}", "messages": []}).encode()
-                for i in range(count)]
-    out.put("ready")
-    go.wait()
-    t0 = time.monotonic()
-    for i, payload in enumerate(payloads):
-        if rate > 0:
-            ahead = t0 + i / rate - time.monotonic()
-            if ahead > 0:
-                time.sleep(ahead)
-        client.publish(topic, payload, qos=1, properties=props)
-    sent = time.monotonic()
-    done.wait(120)
-    ok = len(answers) == count and set(answers.values()) == {"invalid_request"}
-    out.put((t0, sent, last[0], ok))
-    client.disconnect()
-    client.loop_stop()
+def _valid_prober(host: str, port: int, image: bytes, delay_s: float, go: Any, out: Any
+                  ) -> None:
+    """Child process: a client of its own (as real clients are: one in the daemon's process
+    would compete with the daemon for its GIL and time that, not the daemon). Reports its idle
+    round trip, then sends one valid request ``delay_s`` into the flood and reports its round
+    trip."""
+    with DescribeClient(host, port) as client:
+        client.connect()
+        idle = statistics.median(round_trip(client, image, f"idle-{i}") for i in range(10))
+        out.put(idle)
+        go.wait()
+        time.sleep(delay_s)
+        out.put(round_trip(client, image, "valid-during-flood"))
 
 
-def flood(host: str, port: int, client: DescribeClient, probe: Probe, image: bytes, count: int,
-          inflight: int, rate: float) -> dict[str, Any]:
+def flood(host: str, port: int, probe: Probe, count: int, inflight: int, rate: float,
+          valid_image: bytes | None = None, in_process: DescribeClient | None = None,
+          flood_client: str = "raw") -> dict[str, Any]:
+    """One flood of ``count`` invalid requests offered at ``rate``/s (0: as fast as one paho
+    client publishes); with ``valid_image``, a valid request is sent a third into it, from
+    its own process (or from ``in_process``, a client in the daemon's process)."""
     import multiprocessing
 
-    idle = statistics.median(round_trip(client, image, f"idle-{i}") for i in range(10))
     ctx = multiprocessing.get_context("spawn")
-    go, out = ctx.Event(), ctx.Queue()
-    child = ctx.Process(target=_flooder, args=(host, port, count, inflight, rate, go, out))
+    go, out, probe_out = ctx.Event(), ctx.Queue(), ctx.Queue()
+    child = ctx.Process(target=FLOODERS[flood_client],
+                        args=(host, port, count, inflight, rate, go, out))
     child.start()
+    delay_s = count / (rate or 4000) / 3  # a third of the flood on its way
+    prober = None
+    idle = valid = None
+    if valid_image is not None and in_process is not None:
+        idle = statistics.median(round_trip(in_process, valid_image, f"idle-{i}")
+                                 for i in range(10))
+    elif valid_image is not None:
+        prober = ctx.Process(target=_valid_prober,
+                             args=(host, port, valid_image, delay_s, go, probe_out))
+        prober.start()
+        idle = probe_out.get(timeout=120)
     assert out.get(timeout=60) == "ready"
+    probe.flood_cpu.clear()
+    cpu0, net0 = time.process_time(), probe.network_cpu()
     go.set()
-    time.sleep(count / (rate or 4000) / 3)  # a third of the flood on its way
-    valid = round_trip(client, image, "valid-during-flood")
-    t0, sent, t_last, ok = out.get(timeout=180)
+    if valid_image is not None and in_process is not None:
+        time.sleep(delay_s)
+        valid = round_trip(in_process, valid_image, "valid-during-flood")
+    t0, sent, t_last, ok, client_cpu = out.get(timeout=180)
+    time.sleep(0.2)  # the acks of the last answers
+    process_cpu = time.process_time() - cpu0
+    network_cpu = probe.network_cpu() - net0
     child.join(30)
+    if prober is not None:
+        valid = probe_out.get(timeout=180)
+        prober.join(30)
     assert ok, "some flood request got no answer or another answer than invalid_request"
     cpu = probe.flood_cpu
     elapsed = t_last - t0
-    return {"invalid_requests": count, "offered_rate_per_s": rate or None,
-            "sent_rate_per_s": count / max(sent - t0, 1e-9), "seconds": elapsed,
-            "flood_rate_per_s": count / elapsed,
-            "network_thread_cpu_ms_per_request": (cpu[-1] - cpu[0]) / (len(cpu) - 1) * 1e3,
-            "network_thread_capacity_per_s": (len(cpu) - 1) / max(cpu[-1] - cpu[0], 1e-9),
-            "idle_round_trip_ms": idle,
-            "valid_round_trip_during_flood_ms": valid,
-            "valid_delay_ms": max(valid - idle, 0.0)}
+    result = {"invalid_requests": count, "flood_client": flood_client,
+              "offered_rate_per_s": rate or None,
+              "sent_rate_per_s": count / max(sent - t0, 1e-9), "seconds": elapsed,
+              "flood_rate_per_s": count / elapsed,
+              "last_answer_after_last_request_ms": (t_last - sent) * 1e3,
+              "network_thread_cpu_ms_per_request": network_cpu / count * 1e3,
+              "network_thread_capacity_per_s": count / max(network_cpu, 1e-9),
+              "network_thread_cpu_ms_first_to_last_request":
+                  (cpu[-1] - cpu[0]) / (len(cpu) - 1) * 1e3,
+              "daemon_process_cpu_ms_per_request": process_cpu / count * 1e3,
+              "flooding_client_cpu_ms_per_request": client_cpu / count * 1e3}
+    if idle is not None and valid is not None:
+        result.update({"valid_client": "in-process" if in_process else "own process",
+                       "idle_round_trip_ms": idle,
+                       "valid_round_trip_during_flood_ms": valid,
+                       "valid_delay_ms": max(valid - idle, 0.0)})
+    return result
 
 
 @contextlib.contextmanager
@@ -247,8 +267,20 @@ def main() -> None:
     parser.add_argument("--broker-kind", choices=["auto", "mosquitto", "embedded"],
                         default="auto")
     parser.add_argument("--flood-rate", type=float, default=2000.0, help="requests/s the "
-                        "flood is offered at (0: as fast as one paho client publishes)")
-    parser.add_argument("--client-inflight", type=int, default=0, help="the flooding "
+                        "flood with the valid request is offered at (0: as fast as one paho "
+                        "client publishes)")
+    parser.add_argument("--capacity-rate", type=float, default=0.0, help="requests/s the "
+                        "flood that measures the refusal rate is offered at (default 0: as "
+                        "fast as one paho client publishes)")
+    parser.add_argument("--valid-client", choices=["process", "in-process"],
+                        default="process", help="where the client of the valid request runs: "
+                        "its own process (as real clients), or the daemon's (its network "
+                        "thread then competes with the daemon for the GIL)")
+    parser.add_argument("--flood-client", choices=sorted(FLOODERS), default="raw",
+                        help="the flooding client: prebuilt packets on a socket (raw, ~0.03 ms "
+                        "CPU per request) or paho-mqtt (~0.25 ms; on 2 cores it competes with "
+                        "the daemon for CPU)")
+    parser.add_argument("--client-inflight", type=int, default=0, help="the paho flooding "
                         "client's QoS 1 in-flight window (paho's default is 20; 0: no limit)")
     parser.add_argument("--daemon-inflight", type=int, default=None, help="experiment: set "
                         "the daemon's paho in-flight window (default: the daemon's own)")
@@ -257,6 +289,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     image = jpeg_near(200_000)
     small = load_samples()[0].image.read_bytes()
+    load = os.getloadavg()
     with broker_for(args) as (host, port, what):
         service = Service(bench_config(host, port, args.threads))
         probe = Probe(service)
@@ -266,40 +299,54 @@ def main() -> None:
         try:
             with DescribeClient(host, port) as client:
                 client.connect()
-                result = {"broker": what, **overhead(client, probe, image, args.runs),
-                          "flood": flood(host, port, client, probe, small, args.flood,
-                                         args.client_inflight, args.flood_rate)}
+                result = {"broker": what, "load_average": load,
+                          **overhead(client, probe, image, args.runs)}
+                in_process = client if args.valid_client == "in-process" else None
+                result["flood"] = flood(host, port, probe, args.flood, args.client_inflight,
+                                        args.flood_rate, small, in_process, args.flood_client)
+                result["flood_capacity"] = flood(host, port, probe, args.flood,
+                                                 args.client_inflight, args.capacity_rate,
+                                                 flood_client=args.flood_client)
         finally:
             service.stop("bench over")
+    fl, cap = result["flood"], result["flood_capacity"]
     met = {
         "received_to_started_ms": result["received_to_started_ms"]["p50"]
         <= TARGETS["received_to_started_ms"],
         "ready_to_published_ms": result["ready_to_published_ms"]["p50"]
         <= TARGETS["ready_to_published_ms"],
-        "flood_rate_per_s": result["flood"]["flood_rate_per_s"] >= TARGETS["flood_rate_per_s"],
-        "valid_delay_ms": result["flood"]["valid_delay_ms"] <= TARGETS["valid_delay_ms"]}
+        "flood_rate_per_s": cap["flood_rate_per_s"] >= TARGETS["flood_rate_per_s"],
+        "valid_delay_ms": fl["valid_delay_ms"] <= TARGETS["valid_delay_ms"]}
     result["targets"], result["met"] = TARGETS, met
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    fl = result["flood"]
-    print(f"broker: {result['broker']}; {args.runs} requests with a "
+    print(f"broker: {result['broker']}; load average {load[0]:.2f} {load[1]:.2f} "
+          f"{load[2]:.2f}; {args.runs} requests with a "
           f"{result['image_bytes'] / 1000:.0f} KB JPEG")
     for key in ("received_to_started_ms", "ready_to_published_ms", "ready_to_client_ms"):
         r = result[key]
         mark = f"  target <= {TARGETS[key]:g} ms p50: {'met' if met[key] else 'NOT met'}" \
             if key in met else ""
         print(f"  {key:<24} p50 {r['p50']:7.3f} ms  p95 {r['p95']:7.3f} ms{mark}")
-    offered = f"offered at {fl['offered_rate_per_s']:.0f}/s" if fl["offered_rate_per_s"] \
-        else "offered as fast as one client publishes"
-    print(f"flood ({offered}): {fl['invalid_requests']} invalid requests answered in "
-          f"{fl['seconds']:.3f} s "
-          f"= {fl['flood_rate_per_s']:.0f} req/s (target >= 2000: "
-          f"{'met' if met['flood_rate_per_s'] else 'NOT met'}); sent at "
-          f"{fl['sent_rate_per_s']:.0f}/s; the daemon's network thread spent "
-          f"{fl['network_thread_cpu_ms_per_request']:.3f} ms CPU per request = "
-          f"{fl['network_thread_capacity_per_s']:.0f} req/s capacity")
-    print(f"  valid request: {fl['valid_round_trip_during_flood_ms']:.1f} ms during the flood, "
+    for name, f, target in (("refusal rate", cap, "flood_rate_per_s"),
+                            ("valid request", fl, None)):
+        offered = f"offered at {f['offered_rate_per_s']:.0f}/s" if f["offered_rate_per_s"] \
+            else "offered as fast as one client publishes"
+        mark = (f" (target >= 2000: {'met' if met[target] else 'NOT met'})" if target
+                else "")
+        print(f"flood for the {name} ({offered}, sent at {f['sent_rate_per_s']:.0f}/s): "
+              f"{f['invalid_requests']} invalid requests answered in {f['seconds']:.3f} s = "
+              f"{f['flood_rate_per_s']:.0f} req/s{mark}; last answer "
+              f"{f['last_answer_after_last_request_ms']:.1f} ms after the last request")
+        print(f"  CPU per request: daemon network thread "
+              f"{f['network_thread_cpu_ms_per_request']:.3f} ms "
+              f"(= {f['network_thread_capacity_per_s']:.0f} req/s; first to last request "
+              f"{f['network_thread_cpu_ms_first_to_last_request']:.3f} ms), daemon process "
+              f"{f['daemon_process_cpu_ms_per_request']:.3f} ms, flooding client "
+              f"{f['flooding_client_cpu_ms_per_request']:.3f} ms")
+    print(f"  valid request ({fl['valid_client']} client): "
+          f"{fl['valid_round_trip_during_flood_ms']:.1f} ms during the flood, "
           f"{fl['idle_round_trip_ms']:.1f} ms idle -> delayed {fl['valid_delay_ms']:.1f} ms "
           f"(target <= 50: {'met' if met['valid_delay_ms'] else 'NOT met'})")
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+from json.encoder import encode_basestring as _encode_json_string
+from json.encoder import encode_basestring_ascii as _encode_json_string_ascii
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -274,6 +276,30 @@ class Response(_Strict):
         return self.model_dump_json(exclude_none=True).encode()
 
 
+def _json_string(text: str) -> bytes:
+    """A JSON string as pydantic writes it (UTF-8, the same escapes); text that is not valid
+    Unicode (a lone surrogate from a ``\\ud800`` escape in a request) gets JSON escapes."""
+    try:
+        return _encode_json_string(text).encode()
+    except UnicodeEncodeError:
+        return _encode_json_string_ascii(text).encode()
+
+
+def error_answer_json(request_id: str | None, code: int, type_: ErrorType, message: str
+                      ) -> bytes:
+    """``Response.fail(request_id, code, type_, message).to_json()``, byte for byte, without
+    building models: the network thread answers floods of refused requests with it
+    (``tests/unit/test_protocol.py`` compares the two). Unlike pydantic it also serialises an
+    id that is not valid Unicode (echoed with JSON escapes) instead of raising."""
+    ids = b""
+    if request_id is not None:
+        rid = _json_string(request_id)
+        ids = b'"id":' + rid + b',"transaction":' + rid + b","
+    return (b'{"v":1,' + ids + b'"status":"error","error":{"code":' + str(int(code)).encode()
+            + b',"type":' + _json_string(type_) + b',"message":' + _json_string(message)
+            + b"}}")
+
+
 class StreamChunk(_Strict):
     """A partial answer published before the final one when ``stream`` is true."""
 
@@ -343,9 +369,17 @@ def parse_request(payload: bytes | str | dict[str, Any]) -> Request:
     try:
         return Request.model_validate(obj)
     except ValidationError as exc:
-        error = InvalidRequest(_format_validation_error(exc))
-        error.request_id = _id_of(obj)
-        raise error from None
+        problems = _format_validation_error(exc)
+    # raised from a helper: an exception held in a local of the frame it is raised from makes
+    # a reference cycle (exception -> traceback -> frame -> exception), garbage for the cyclic
+    # GC on every refused request
+    raise _invalid_request(problems, _id_of(obj))
+
+
+def _invalid_request(problems: str, request_id: str | None) -> InvalidRequest:
+    error = InvalidRequest(problems)
+    error.request_id = request_id
+    return error
 
 
 def request_id_of(payload: bytes | str) -> str | None:

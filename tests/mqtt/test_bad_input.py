@@ -63,6 +63,8 @@ CASES: dict[str, tuple[bytes | dict[str, Any], str]] = {
     "non_json": (b"\xff\xfe this is not json", "invalid_request"),
     "json_array": (b"[1, 2, 3]", "invalid_request"),
     "wrong_schema": ({"v": 1, "id": "wrong_schema", "prompt": "hello"}, "invalid_request"),
+    # an id that is not valid Unicode: the error answer still goes out (the id escaped)
+    "lone_surrogate_id": (b'{"v": 1, "id": "a\\ud800", "messages": []}', "invalid_request"),
     "unknown_part_type": (ask("unknown_part_type", {"type": "hologram", "hologram": "x"}),
                           "invalid_request"),
     "audio_part": (ask("audio_part", {"type": "input_audio", "input_audio": {}}),

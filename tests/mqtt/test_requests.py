@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import Any
 
 from edgevlm.protocol import Response
@@ -154,3 +155,25 @@ def test_a_retained_request_is_not_run_again_on_subscribe(make_service, mqtt_cli
     client.pub(f"{BASE}/request/describe", describe("live"))
     answers = client.inbox.json(f"{BASE}/response/describe")
     assert [a["id"] for a in answers] == ["live"]
+
+
+def test_refused_requests_are_acked_once_answered_and_not_redelivered(make_service,
+                                                                      mqtt_client):
+    """Refusals are answered and acknowledged on the network thread: every one acked (after
+    the broker confirmed its answer), so a restart on the same session gets none again."""
+    session = {"mqtt.client_id": "edgevlm-refusal-acks"}
+    service = make_service(**session)
+    client = mqtt_client()
+    reply = "edgevlm/clients/refusals/reply"
+    client.sub(reply)
+    for i in range(40):
+        client.pub(f"{BASE}/request/describe", {"v": 1, "id": f"bad-{i}", "messages": []},
+                   properties=v5_properties(reply, f"bad-{i}".encode()))
+    answers = client.inbox.json(reply, count=40)
+    assert sorted(a["id"] for a in answers) == sorted(f"bad-{i}" for i in range(40))
+    assert {a["error"]["type"] for a in answers} == {"invalid_request"}
+    wait_until(lambda: service.replier.outstanding == 0, what="every refused request acked")
+    service.stop("restart on the same session")
+    again = make_service(**session)
+    time.sleep(1.0)  # a redelivered request would arrive right after the reconnect
+    assert again.metrics.snapshot()["requests"]["received"] == 0, "a request was redelivered"

@@ -135,3 +135,75 @@ def test_closed_queue_refuses_and_returns_what_waited():
 ])
 def test_publish_packet_size_follows_the_mqtt_encoding(payload_len, protocol5, size):
     assert publish_packet_size("a/b", b"x" * payload_len, 1, None, protocol5) == size
+
+
+# --------------------------------------------------------------------------- acks and log lines
+
+
+def network_acks(timeout_s: float = 600.0) -> tuple[Any, list[Ack]]:
+    from edgevlm.mqtt.replies import _NetworkThreadAcks
+
+    acked: list[Ack] = []
+    return _NetworkThreadAcks(acked.append, timeout_s), acked
+
+
+def test_network_thread_acks_wait_for_every_copy_of_the_answer():
+    import paho.mqtt.client as paho
+
+    tracker, acked = network_acks()
+    tracker.track([paho.MQTTMessageInfo(7), paho.MQTTMessageInfo(8)], [Ack(100, 1)])
+    tracker.track([paho.MQTTMessageInfo(9)], [Ack(101, 1), Ack(102, 1)])
+    assert tracker.open == 2 and acked == []
+    tracker.confirmed(7)
+    tracker.confirmed(12345)  # a publish nobody waits for (state, events)
+    assert acked == [], "one of two copies confirmed: not yet"
+    tracker.confirmed(9)
+    assert acked == [Ack(101, 1), Ack(102, 1)]
+    tracker.confirmed(8)
+    assert acked == [Ack(101, 1), Ack(102, 1), Ack(100, 1)] and tracker.open == 0
+    tracker.confirmed(8)  # a second PUBACK of the same id changes nothing
+    assert len(acked) == 3
+
+
+def test_network_thread_acks_without_a_sent_copy_ack_at_once():
+    tracker, acked = network_acks()
+    tracker.track([], [Ack(5, 1)])  # every publish failed: nothing will be confirmed
+    assert acked == [Ack(5, 1)] and tracker.open == 0
+
+
+def test_network_thread_acks_give_up_after_the_timeout_leaving_the_request_unacked():
+    import paho.mqtt.client as paho
+
+    tracker, acked = network_acks(timeout_s=0.0)
+    tracker.track([paho.MQTTMessageInfo(1)], [Ack(10, 1)])
+    tracker.track([paho.MQTTMessageInfo(2)], [Ack(20, 1)])  # the first has expired by now
+    assert tracker.open == 1
+    tracker.confirmed(1)
+    assert acked == [], "an expired answer's request stays unacknowledged (redelivered later)"
+
+
+def test_refusals_are_logged_one_by_one_up_to_the_burst_then_summarised(caplog):
+    import logging
+
+    from edgevlm.errors import WireError
+    from edgevlm.mqtt.refusals import RefusalLog
+
+    now = [0.0]
+    logger = logging.getLogger("test.refusals")
+    refusals = RefusalLog(logger, burst=2, interval_s=10.0, clock=lambda: now[0])
+    bad = WireError(400, "invalid_request", "messages: field required")
+    busy = WireError(503, "busy", "the queue is full")
+    with caplog.at_level(logging.INFO, logger="test.refusals"):
+        for rid in ("a", "b", "c", "d"):
+            refusals.refused(rid, bad)
+        refusals.refused("e", busy)
+        assert [r.getMessage() for r in caplog.records] == [
+            "refused request a: invalid_request: messages: field required",
+            "refused request b: invalid_request: messages: field required"]
+        now[0] = 10.5
+        refusals.refused("f", bad)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[2] == ("refused 3 more requests within 10 s (not logged one by one; "
+                        "bridge/health counts them): busy 1, invalid_request 2")
+    assert lines[3] == "refused request f: invalid_request: messages: field required"
+    assert len(lines) == 4

@@ -112,3 +112,52 @@ def test_committed_schema_matches_the_code() -> None:
 def test_image_helper_builds_a_data_url() -> None:
     part = image(b"\x89PNG", "image/png")
     assert part["image"].startswith("data:image/png;base64,")
+
+
+# --------------------------------------------------------------------------- error answers
+
+
+def _refusal_messages() -> list[str]:
+    """Error messages the daemon really sends, plus text that needs JSON escapes."""
+    messages = []
+    for payload in (b"\xff\xfe not json", b"[1, 2]", b'{"v": 1, "prompt": "x"}',
+                    b'{"messages": []}', b'{"messages": [{"role": "user", "content": '
+                    b'[{"type": "hologram"}]}], "stop": [""]}'):
+        with pytest.raises(InvalidRequest) as info:
+            parse_request(payload)
+        messages.append(info.value.message)
+    return [*messages, "", "tab\there, new\nline, quote \" and \\ and /",
+            "".join(chr(c) for c in range(0x20)) + "\x7f\x80\x9f",
+            "caf\u00e9 \u2028\u2029 \ufeff \U0001f600 \ud7ff\ue000\uffff"]
+
+
+ERROR_IDS = [None, "", "q1", "t-7", "a" * 128, "caf\u00e9", "\U0001f600", "\u2028",
+             '"quoted" \\ back', *[chr(c) for c in range(0x80)]]
+
+
+def test_error_answer_json_is_byte_for_byte_the_pydantic_answer() -> None:
+    from edgevlm.errors import ERROR_TYPES
+    from edgevlm.protocol import error_answer_json
+
+    compared = 0
+    for error in ERROR_TYPES:
+        for message in _refusal_messages():
+            for rid in ERROR_IDS:
+                expected = Response.fail(rid, error.code, error.type, message).to_json()
+                assert error_answer_json(rid, error.code, error.type, message) == expected, \
+                    (rid, error.type, message)
+                compared += 1
+    assert compared > 10_000
+
+
+def test_error_answer_json_echoes_an_id_that_is_not_valid_unicode() -> None:
+    from edgevlm.protocol import error_answer_json
+
+    with pytest.raises(InvalidRequest) as info:
+        parse_request(b'{"v": 1, "id": "a\\ud800", "messages": []}')
+    rid = info.value.request_id
+    assert rid == "a\ud800"
+    body = error_answer_json(rid, 400, "invalid_request", info.value.message)
+    assert json.loads(body) == {"v": 1, "id": rid, "transaction": rid, "status": "error",
+                                "error": {"code": 400, "type": "invalid_request",
+                                          "message": info.value.message}}

@@ -1,10 +1,14 @@
 """Answers out, acks back: publish now, acknowledge the request once the broker confirmed.
 
 An answer is published at once from the calling thread (the worker, or the network thread for
-answers that need no work). A small ack thread then waits for the broker's PUBACK of every
-copy of the answer, across reconnects, and only then acknowledges the request message(s)
-(``manual_ack``). If the process dies before that, the broker redelivers the request and the
-dedupe memory answers it again.
+answers that need no work). The request message(s) are acknowledged (``manual_ack``) only
+once the broker confirmed every copy of the answer (PUBACK), across reconnects. If the process
+dies before that, the broker redelivers the request and the dedupe memory answers it again.
+
+Who waits for the confirmation: for answers published on the network thread (refusals,
+answers from memory: a flood of bad requests is all of this kind) the network thread itself,
+in paho's ``on_publish``, so each request costs no thread hand-over; for answers from other
+threads (the worker) a small ack thread.
 """
 
 from __future__ import annotations
@@ -17,12 +21,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import paho.mqtt.client as paho
-from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from ..errors import PayloadTooLarge
 from ..protocol import Response, StreamChunk
-from .client import MqttLink, PacketTooLarge, new_properties, wait_confirmed
+from .client import MqttLink, PacketTooLarge, wait_confirmed
+from .fast_properties import publish_properties
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +41,7 @@ class Route:
     def properties(self) -> Properties | None:
         if self.correlation is None:
             return None
-        props = new_properties(PacketTypes.PUBLISH)
-        props.CorrelationData = self.correlation
-        return props
+        return publish_properties(self.correlation)
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,63 @@ class _Pending:
     since: float = field(default_factory=time.monotonic)
 
 
+@dataclass
+class _Unconfirmed:
+    mids: set[int]     # answer copies the broker has not confirmed yet
+    acks: list[Ack]
+    since: float
+
+
+class _NetworkThreadAcks:
+    """Acks of answers published on the network thread, settled there on each PUBACK.
+
+    Only the network thread touches the table: an answer is registered right after it is
+    published (before any PUBACK can be read), and confirmed from paho's ``on_publish``. paho
+    never reuses the id of a message still waiting for its PUBACK."""
+
+    def __init__(self, ack: Callable[[Ack], None], timeout_s: float) -> None:
+        self._ack = ack
+        self.timeout_s = timeout_s
+        self._by_mid: dict[int, _Unconfirmed] = {}
+        self.open = 0   # entries still waiting (read from other threads: an int is atomic)
+
+    def track(self, infos: Sequence[paho.MQTTMessageInfo], acks: Sequence[Ack]) -> None:
+        now = time.monotonic()
+        self._expire(now)
+        mids = {info.mid for info in infos if not info.is_published()}
+        if not mids:
+            for ack in acks:
+                self._ack(ack)
+            return
+        entry = _Unconfirmed(mids, list(acks), now)
+        for mid in mids:
+            self._by_mid[mid] = entry
+        self.open += 1
+
+    def confirmed(self, mid: int) -> None:
+        entry = self._by_mid.pop(mid, None)
+        if entry is None:
+            return
+        entry.mids.discard(mid)
+        if not entry.mids:
+            self.open -= 1
+            for ack in entry.acks:
+                self._ack(ack)
+
+    def _expire(self, now: float) -> None:
+        """Give up on the oldest entries after ``timeout_s`` (their requests stay unacked)."""
+        while self._by_mid:
+            entry = next(iter(self._by_mid.values()))
+            if now - entry.since <= self.timeout_s:
+                return
+            for other in entry.mids:
+                self._by_mid.pop(other, None)
+            entry.mids.clear()
+            self.open -= 1
+            log.warning("an answer was not confirmed by the broker within %.0f s; its "
+                        "request stays unacknowledged", self.timeout_s)
+
+
 class Replier:
     """Publishes answers and acks their requests after the broker confirmed the answers."""
 
@@ -65,6 +124,8 @@ class Replier:
         self.link = link
         self.confirm_timeout_s = confirm_timeout_s
         self._pending: queue.Queue[_Pending | None] = queue.Queue()
+        self._on_network_thread = _NetworkThreadAcks(self._ack, confirm_timeout_s)
+        link.set_on_published(self._on_network_thread.confirmed)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="edgevlm-acks", daemon=True)
 
@@ -74,7 +135,7 @@ class Replier:
     def stop(self, drain_s: float = 5.0) -> None:
         """Wait up to ``drain_s`` for outstanding confirmations, then stop the ack thread."""
         deadline = time.monotonic() + drain_s
-        while self._pending.unfinished_tasks and time.monotonic() < deadline:
+        while self.outstanding and time.monotonic() < deadline:
             time.sleep(0.02)
         self._stopping.set()
         self._pending.put(None)
@@ -83,20 +144,29 @@ class Replier:
 
     @property
     def outstanding(self) -> int:
-        return self._pending.unfinished_tasks
+        """Answers whose requests are not acknowledged yet."""
+        return self._pending.unfinished_tasks + self._on_network_thread.open
 
     # ------------------------------------------------------------------ sending
 
     def answer(self, routes: Sequence[Route], response: Response, acks: Sequence[Ack] = (),
                on_confirmed: Callable[[], None] | None = None) -> None:
         """Publish ``response`` to every route; ack ``acks`` once all copies are confirmed."""
-        payload = response.to_json()
+        self.send(routes, response.to_json(), response.id, acks, on_confirmed)
+
+    def send(self, routes: Sequence[Route], payload: bytes, request_id: str | None,
+             acks: Sequence[Ack] = (), on_confirmed: Callable[[], None] | None = None) -> None:
+        """:meth:`answer` with the answer already serialised (e.g. by
+        :func:`edgevlm.protocol.error_answer_json`)."""
         infos: list[paho.MQTTMessageInfo] = []
         for route in routes:
-            info = self._publish_answer(route, payload, response.id)
+            info = self._publish_answer(route, payload, request_id)
             if info is not None:
                 infos.append(info)
-        self._pending.put(_Pending(infos, list(acks), on_confirmed))
+        if on_confirmed is None and self.link.on_network_thread():
+            self._on_network_thread.track(infos, acks)
+        else:
+            self._pending.put(_Pending(infos, list(acks), on_confirmed))
 
     def _publish_answer(self, route: Route, payload: bytes, request_id: str | None
                         ) -> paho.MQTTMessageInfo | None:

@@ -19,10 +19,11 @@ from collections.abc import Callable
 from ..admission import RequestSide, admit
 from ..errors import Busy, EdgevlmError, InvalidRequest, PayloadTooLarge, wire_error
 from ..metrics import Metrics
-from ..protocol import Response, request_id_of
+from ..protocol import error_answer_json, request_id_of
 from .client import Incoming
 from .dedupe import DedupeMemory
 from .jobs import JobQueue, RequestJob
+from .refusals import RefusalLog
 from .replies import Ack, Replier, Route
 from .topics import RequestTopic, Topics
 
@@ -60,6 +61,7 @@ class RequestHandler:
         self.default_deadline_ms = default_deadline_ms
         self.clock = clock
         self.accepting = True
+        self.refusals = RefusalLog(log)
 
     def route_for(self, msg: Incoming, verb: str) -> tuple[Route, str | None]:
         """The reply route of ``msg``, and why its own Response Topic was refused (if so)."""
@@ -128,8 +130,9 @@ class RequestHandler:
         err = wire_error(Busy(f"the queue is full ({self.queue.capacity} waiting, "
                               "limits.max_queue); retry later or send to the shared pool"))
         self.metrics.finished(err.type)
-        response = Response.fail(request.id, err.code, err.type, err.message)  # type: ignore[arg-type]
-        self.replier.answer([route, *attached.routes], response, [ack, *attached.acks])
+        payload = error_answer_json(request.id, err.code, err.type, err.message)  # type: ignore[arg-type]
+        self.replier.send([route, *attached.routes], payload, request.id,
+                          [ack, *attached.acks])
 
     def _deadline(self, msg: Incoming, deadline_ms: int | None) -> float | None:
         candidates = []
@@ -146,8 +149,8 @@ class RequestHandler:
         if err.type == "internal":
             log.error("admission of request %s failed", request_id, exc_info=exc)
         else:
-            log.info("refused request %s: %s: %s", request_id, err.type, err.message)
+            self.refusals.refused(request_id, err)
         self.metrics.received()
         self.metrics.finished(err.type)
-        response = Response.fail(request_id, err.code, err.type, err.message)  # type: ignore[arg-type]
-        self.replier.answer([route], response, [ack])
+        payload = error_answer_json(request_id, err.code, err.type, err.message)  # type: ignore[arg-type]
+        self.replier.send([route], payload, request_id, [ack])
