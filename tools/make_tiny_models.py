@@ -26,7 +26,8 @@ Weights: every tensor is redrawn from one ``torch.Generator`` per model (not tra
 initialiser, which may change between versions): matrices N(0, 1/fan_in), norm weights
 1 + N(0, 0.25²), biases N(0, 0.1²), token embeddings N(0, 0.1²) (small, so that a tied model
 does not just repeat its last token), learned ViT positions N(0, 0.5²), and zero vocabulary rows
-past the tokenizer (like the unused rows of the official files). With transformers' default
+past the tokenizer (like the unused rows of the official files), every value rounded to
+bfloat16 (the official checkpoints are bf16; stored here as float32). With transformers' default
 (std 0.02) the ViT attention would be almost uniform and a wrong rotary or position table would
 barely move the logits; with these, every part of the network visibly matters.
 
@@ -397,7 +398,9 @@ def randomize_weights(model: torch.nn.Module, seed: int, used_vocab: int) -> Non
             else:
                 fan_in = math.prod(p.shape[1:])
                 value = noise / math.sqrt(fan_in)
-            p.copy_(value)
+            # bfloat16 values stored as float32, as in the official checkpoints (published in
+            # bf16): a BF16 conversion is then lossless, as it is for the real models
+            p.copy_(value.to(torch.bfloat16).to(torch.float32))
 
 
 # --------------------------------------------------------------------------- build

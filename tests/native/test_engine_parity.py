@@ -112,16 +112,18 @@ def test_f16_stays_within_1e_2_with_identical_greedy_tokens(
         assert list(steps.argmax(axis=1)) == list(g["generated_ids"]), case
 
 
-# BF16 and Q8_0 weights alone move these random-weight models' logits by 1-5 % of max|logit|
-# (measured with exact F32 arithmetic on the rounded weights, see conftest), and 12 % of the
-# golden steps have a top-2 gap under 1 %: no implementation of those types meets 1e-2 or 99 %
-# argmax agreement against the F32 reference here. So each is checked against the exact
-# arithmetic on its own rounded weights (what the kernels control), and against transformers
-# with the bound that the rounding itself allows.
+# The tiny checkpoints hold bfloat16 values (stored as float32), as the official checkpoints
+# are published in bf16: a BF16 file is then the same model, and BF16 is held to the issue's
+# limit against transformers F32 (<= 1e-2 with identical greedy tokens), and to exact
+# arithmetic on its own weights. Q8_0 rounds the weights themselves: on these random-weight
+# models that moves the logits by a few % of max|logit| whatever the arithmetic, and some
+# golden steps have a top-2 gap under 1 %; Q8_0 is checked against exact arithmetic on the
+# Q8_0 weights (what the kernels control) and against transformers with the bound that the
+# rounding allows. The trained demo model (tests/e2e) is the meaningful Q8_0 check.
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_bf16_matches_exact_arithmetic_on_bf16_weights(
+def test_bf16_matches_transformers_within_1e_2_with_identical_greedy_tokens(
         model: str, converted: Callable[[str, str], Path]) -> None:
     ours, exact = session_for(converted(model, "bf16")), session_for(converted(model,
                                                                                "exact-bf16"))
@@ -133,8 +135,9 @@ def test_bf16_matches_exact_arithmetic_on_bf16_weights(
         exact.reset()
         assert rel(np.concatenate([l1, s1]), np.concatenate([l2, s2])) < 1e-2, case
         assert list(s1.argmax(axis=1)) == list(s2.argmax(axis=1)), case
-        assert rel(np.concatenate([l1, s1]),
-                   np.concatenate([g["prompt_logits"], g["decode_logits"]])) < 2.5e-2, case
+        assert rel(l1, g["prompt_logits"]) < 1e-2, case
+        assert rel(s1, g["decode_logits"]) < 1e-2, case
+        assert list(s1.argmax(axis=1)) == list(g["generated_ids"]), case
 
 
 def _argmax_agreement(a: np.ndarray, b: np.ndarray) -> tuple[int, int]:
