@@ -77,6 +77,14 @@ def cache_root() -> Path:
     return Path(base) if base else Path.home() / ".cache" / "edgevlm" / "bench"
 
 
+def display_path(path: Path) -> str:
+    """A path for the report: under the home directory as ``~/...`` (no machine paths)."""
+    try:
+        return "~/" + str(Path(path).resolve().relative_to(Path.home().resolve()))
+    except ValueError:
+        return Path(path).name
+
+
 def log(msg: str) -> None:
     stamp = time.strftime("%H:%M:%S")
     print(f"[bench_engine {stamp}] {msg}", file=sys.stderr, flush=True)
@@ -843,7 +851,7 @@ def main(argv: list[str] | None = None) -> int:
                      "batch": args.batch, "loadavg_start": loadavg_start,
                      "loadavg_end": os.getloadavg(), "complete": complete,
                      "duration_s": round((dt.datetime.now() - started).total_seconds()),
-                     "checkpoint": str(checkpoint), "repo": repo_state()},
+                     "checkpoint": display_path(checkpoint), "repo": repo_state()},
             "machine": machine_info(), "versions": versions, "types": reports}
 
     for t in args.types:
