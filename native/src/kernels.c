@@ -153,6 +153,54 @@ void ev_matmul(ev_pool *pool, const ev_kernels *k, int32_t wtype, const void *w,
     ev_pool_for(p, n_out, ROW_GRAIN, matmul_rows, &j);
 }
 
+/* ---- gemm_dq's loop nest, shared by the kernel sets ------------------------------------- */
+
+/* tokens [t0, t1) x columns [k0, k0 + kc) as micro-tiles [tile][k][6], the last zero-padded */
+static void pack_tokens(float *xp, const ev_gemm_args *a, int64_t t0, int64_t t1, int64_t k0,
+                        int kc) {
+    for (int64_t t = t0; t < t1; t += EV_GEMM_MR) {
+        float *tile = xp + (t - t0) / EV_GEMM_MR * (int64_t)kc * EV_GEMM_MR;
+        for (int m = 0; m < EV_GEMM_MR; m++) {
+            if (t + m < t1) {
+                const float *xr = (const float *)(a->x + (t + m) * a->x_stride) + k0;
+                for (int k = 0; k < kc; k++) tile[k * EV_GEMM_MR + m] = xr[k];
+            } else {
+                for (int k = 0; k < kc; k++) tile[k * EV_GEMM_MR + m] = 0.0f;
+            }
+        }
+    }
+}
+
+/* The thread's pack buffer (a->pack): packed tokens [MC][KC], then the dequantised panels of
+ * up to NC rows [NC / 16][KC][16]. Each weight is dequantised once per call; the token block
+ * is packed once per K chunk and row chunk. */
+void ev_gemm_dq_run(const ev_gemm_args *a, int64_t r0, int64_t r1, const ev_gemm_dq_ops *ops) {
+    enum { KC = EV_GEMM_KC, NC = EV_GEMM_NC, NR = EV_GEMM_NR, MR = EV_GEMM_MR,
+           MC = EV_GEMM_MC / EV_GEMM_MR * EV_GEMM_MR };
+    float *xp = a->pack, *wp = a->pack + MC * KC;
+    for (int64_t k0 = 0; k0 < a->n_in; k0 += KC) {
+        const int kc = (int)(a->n_in - k0 < KC ? a->n_in - k0 : KC);
+        for (int64_t jc = r0; jc < r1; jc += NC) {
+            const int64_t jc1 = jc + NC < r1 ? jc + NC : r1;
+            for (int64_t r = jc; r < jc1; r += NR)
+                ops->pack_w(wp + (r - jc) * kc, a, r, (int)(jc1 - r < NR ? jc1 - r : NR), k0, kc);
+            for (int64_t t0 = 0; t0 < a->n_tok; t0 += MC) {
+                const int64_t t1 = t0 + MC < a->n_tok ? t0 + MC : a->n_tok;
+                pack_tokens(xp, a, t0, t1, k0, kc);
+                for (int64_t r = jc; r < jc1; r += NR) {
+                    const int R = (int)(jc1 - r < NR ? jc1 - r : NR);
+                    const float *bias = a->bias ? a->bias + r : NULL;
+                    for (int64_t t = t0; t < t1; t += MR) {
+                        const int M = (int)(t1 - t < MR ? t1 - t : MR);
+                        ops->tile[M](xp + (t - t0) * kc, wp + (r - jc) * kc, kc,
+                                     a->y + t * a->n_out + r, a->n_out, R, k0 == 0, bias);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /* ---- row operations -------------------------------------------------------------------- */
 
 void ev_rmsnorm(float *out, const float *x, const float *w, int64_t n_rows, int64_t n,

@@ -45,6 +45,22 @@ typedef struct ev_gemm_args {
 #define EV_GEMM_NC 256
 #define EV_GEMM_MC 240
 #define EV_GEMM_PACK_FLOATS ((EV_GEMM_MC + EV_GEMM_NC) * EV_GEMM_KC)   /* 496 KiB a thread */
+#define EV_GEMM_NR 16          /* weight rows per panel */
+#define EV_GEMM_MR 6           /* tokens per micro-tile (EV_GEMM_MC is a multiple) */
+
+/* What an architecture supplies to ev_gemm_dq_run, the loop nest shared by every set:
+ *  pack_w: rows r..r+R-1 (R <= 16, the rest zeros), columns [k0, k0 + kc) of a->w as one
+ *          panel laid out [k][16] (32-byte aligned);
+ *  tile[M]: M tokens (1..6, micro-tile laid out [k][6]) x the panel's 16 rows over kc
+ *          columns into y (rows ldy apart, R valid columns); first: y = bias + sum, else +=. */
+typedef struct ev_gemm_dq_ops {
+    void (*pack_w)(float *panel, const ev_gemm_args *a, int64_t r, int R, int64_t k0, int kc);
+    void (*tile[EV_GEMM_MR + 1])(const float *x, const float *panel, int kc, float *y,
+                                 int64_t ldy, int R, int first, const float *bias);
+} ev_gemm_dq_ops;
+
+/* The BLIS loop nest of gemm_dq for rows [r0, r1), packing into a->pack. */
+void ev_gemm_dq_run(const ev_gemm_args *a, int64_t r0, int64_t r1, const ev_gemm_dq_ops *ops);
 
 /* Computes y[t][r] for every token t and the weight rows r in [r0, r1). */
 typedef void (*ev_gemm_fn)(const ev_gemm_args *a, int64_t r0, int64_t r1);

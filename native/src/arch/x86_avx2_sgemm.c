@@ -7,11 +7,11 @@
  * per 32 products and block; two FMAs do 16 products. Dequantising a panel once and reusing it
  * for every token is faster, and exact (no rounding of the activations to Q8_0).
  *
- * Loop nest (BLIS): K in chunks of EV_GEMM_KC columns; the thread's rows in chunks of
- * EV_GEMM_NC, dequantised once into panels of 16 rows laid out [k][16] (256 KB, L2/L3);
- * tokens in blocks of EV_GEMM_MC packed into micro-tiles [k][6] (240 KB, L2); for each panel
- * (16 KB, L1) and token micro-tile a 6 tokens x 16 rows micro-kernel (12 accumulators: per
- * column 2 panel loads, 6 broadcasts, 12 FMAs) adds into y after the first chunk.
+ * The loop nest (BLIS: K chunks of 256 columns, up to 256 rows dequantised into panels of
+ * 16 rows [k][16], token blocks of 240 packed into micro-tiles [k][6]) is ev_gemm_dq_run in
+ * kernels.c; this file supplies the panel packer (SIMD dequantisation per type) and a 6
+ * tokens x 16 rows micro-kernel (12 accumulators: per column 2 panel loads, 6 broadcasts, 12
+ * FMAs) that adds into y after the first chunk.
  */
 #if defined(__x86_64__)
 
@@ -19,11 +19,9 @@
 
 #include "x86_avx2.h"
 
-#define PK_NR 16                 /* weight rows per panel: two vectors of outputs */
-#define PK_MR 6                  /* tokens per micro-tile */
+#define PK_NR EV_GEMM_NR         /* weight rows per panel: two vectors of outputs */
+#define PK_MR EV_GEMM_MR         /* tokens per micro-tile */
 #define PK_KC EV_GEMM_KC         /* columns per chunk, a multiple of the block size 32 */
-#define PK_MC (EV_GEMM_MC / PK_MR * PK_MR)   /* tokens per block */
-#define PK_NC EV_GEMM_NC         /* weight rows dequantised per chunk, a multiple of 16 */
 
 /* Columns [k0, k0 + kc) of one weight row as float32 into dst[kc]. k0 % 32 == 0. */
 EV_AVX2_INLINE void dq_row(const int type, const uint8_t *row, int64_t k0, int kc, float *dst) {
@@ -78,23 +76,6 @@ EV_AVX2_INLINE void pk_pack(float *panel, const ev_gemm_args *a, const int type,
             for (int k = 0; k < kc; k++) panel[k * PK_NR + i] = tmp[k];
         } else {
             for (int k = 0; k < kc; k++) panel[k * PK_NR + i] = 0.0f;
-        }
-    }
-}
-
-/* Tokens [t0, t1) x columns [k0, k0 + kc) packed as micro-tiles [tile][k][PK_MR] (a
- * short last tile padded with zeros), so the micro-kernel reads one contiguous stream. */
-EV_AVX2_INLINE void pk_pack_x(float *xp, const ev_gemm_args *a, int64_t t0, int64_t t1,
-                              int64_t k0, int kc) {
-    for (int64_t t = t0; t < t1; t += PK_MR) {
-        float *tile = xp + (t - t0) / PK_MR * (int64_t)kc * PK_MR;
-        for (int m = 0; m < PK_MR; m++) {
-            if (t + m < t1) {
-                const float *xr = (const float *)(a->x + (t + m) * a->x_stride) + k0;
-                for (int k = 0; k < kc; k++) tile[k * PK_MR + m] = xr[k];
-            } else {
-                for (int k = 0; k < kc; k++) tile[k * PK_MR + m] = 0.0f;
-            }
         }
     }
 }
@@ -166,54 +147,22 @@ PK_TILE(5)
 PK_TILE(6)
 #undef PK_TILE
 
-typedef void (*pk_tile_fn)(const float *, const float *, int, float *, int64_t, int, int,
-                           const float *);
-static const pk_tile_fn PK_TILES[PK_MR + 1] = {NULL, pk_tile_1, pk_tile_2, pk_tile_3,
-                                               pk_tile_4, pk_tile_5, pk_tile_6};
-
-/* The thread's pack buffer (a->pack): packed tokens [PK_MC][PK_KC], then the dequantised
- * panels of up to PK_NC rows [PK_NC / 16][PK_KC][16]. Each weight is dequantised once per
- * call; the token block is packed once per K chunk and row chunk. */
-EV_AVX2_INLINE void gemm_dq(const ev_gemm_args *a, int64_t r0, int64_t r1, const int type) {
-    float *xp = a->pack, *wp = a->pack + PK_MC * PK_KC;
-    for (int64_t k0 = 0; k0 < a->n_in; k0 += PK_KC) {
-        const int kc = (int)(a->n_in - k0 < PK_KC ? a->n_in - k0 : PK_KC);
-        for (int64_t jc = r0; jc < r1; jc += PK_NC) {
-            const int64_t jc1 = jc + PK_NC < r1 ? jc + PK_NC : r1;
-            for (int64_t r = jc; r < jc1; r += PK_NR)
-                pk_pack(wp + (r - jc) * kc, a, type, r, (int)(jc1 - r < PK_NR ? jc1 - r : PK_NR),
-                        k0, kc);
-            for (int64_t t0 = 0; t0 < a->n_tok; t0 += PK_MC) {
-                const int64_t t1 = t0 + PK_MC < a->n_tok ? t0 + PK_MC : a->n_tok;
-                pk_pack_x(xp, a, t0, t1, k0, kc);
-                for (int64_t r = jc; r < jc1; r += PK_NR) {
-                    const int R = (int)(jc1 - r < PK_NR ? jc1 - r : PK_NR);
-                    const float *bias = a->bias ? a->bias + r : NULL;
-                    for (int64_t t = t0; t < t1; t += PK_MR) {
-                        const int M = (int)(t1 - t < PK_MR ? t1 - t : PK_MR);
-                        PK_TILES[M](xp + (t - t0) * kc, wp + (r - jc) * kc, kc,
-                                    a->y + t * a->n_out + r, a->n_out, R, k0 == 0, bias);
-                    }
-                }
-            }
-        }
+/* one panel packer per weight type, the type a compile-time constant of dq_row */
+#define PK_PACK(SUFFIX, TYPE)                                                                \
+    EV_AVX2 static void pk_pack_##SUFFIX(float *panel, const ev_gemm_args *a, int64_t r,    \
+                                         int R, int64_t k0, int kc) {                       \
+        pk_pack(panel, a, TYPE, r, R, k0, kc);                                              \
+    }                                                                                       \
+    EV_AVX2 void ev_avx2_gemm_dq_##SUFFIX(const ev_gemm_args *a, int64_t r0, int64_t r1) {  \
+        static const ev_gemm_dq_ops ops = {pk_pack_##SUFFIX, {NULL, pk_tile_1, pk_tile_2,   \
+                                           pk_tile_3, pk_tile_4, pk_tile_5, pk_tile_6}};    \
+        ev_gemm_dq_run(a, r0, r1, &ops);                                                    \
     }
-}
-
-EV_AVX2 void ev_avx2_gemm_dq_f32(const ev_gemm_args *a, int64_t r0, int64_t r1) {
-    gemm_dq(a, r0, r1, EV_TYPE_F32);
-}
-EV_AVX2 void ev_avx2_gemm_dq_f16(const ev_gemm_args *a, int64_t r0, int64_t r1) {
-    gemm_dq(a, r0, r1, EV_TYPE_F16);
-}
-EV_AVX2 void ev_avx2_gemm_dq_bf16(const ev_gemm_args *a, int64_t r0, int64_t r1) {
-    gemm_dq(a, r0, r1, EV_TYPE_BF16);
-}
-EV_AVX2 void ev_avx2_gemm_dq_q8_0(const ev_gemm_args *a, int64_t r0, int64_t r1) {
-    gemm_dq(a, r0, r1, EV_TYPE_Q8_0);
-}
-EV_AVX2 void ev_avx2_gemm_dq_q4_0(const ev_gemm_args *a, int64_t r0, int64_t r1) {
-    gemm_dq(a, r0, r1, EV_TYPE_Q4_0);
-}
+PK_PACK(f32, EV_TYPE_F32)
+PK_PACK(f16, EV_TYPE_F16)
+PK_PACK(bf16, EV_TYPE_BF16)
+PK_PACK(q8_0, EV_TYPE_Q8_0)
+PK_PACK(q4_0, EV_TYPE_Q4_0)
+#undef PK_PACK
 
 #endif
