@@ -77,8 +77,14 @@ class HFTokenizer:
 
     @classmethod
     def from_json(cls, text: str, name: str = "model file") -> HFTokenizer:
-        json.loads(text)  # a clear JSON error rather than a Rust panic message
-        return cls(Tokenizer.from_str(text), name=name)
+        try:
+            return cls(Tokenizer.from_str(text), name=name)
+        except Exception as exc:  # tokenizers raises a bare Exception with serde's message
+            # Parsed again only on failure (1 s for Qwen's 151k-token vocabulary): Python's
+            # JSON error is clearer than serde's when the text is not JSON at all.
+            json.loads(text)
+            raise ValueError(f"{name}: not a tokenizer.json the tokenizers library can load: "
+                             f"{exc}") from exc
 
     def encode(self, text: str) -> list[int]:
         ids: list[int] = self._tok.encode(text, add_special_tokens=False).ids

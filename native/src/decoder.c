@@ -34,51 +34,6 @@ static void rope_tables(const edgevlm_model_info *in, const int32_t *positions, 
     }
 }
 
-typedef struct attn_job {
-    edgevlm_session *s;
-    int layer;
-    int64_t n;                     /* query tokens in this call */
-    int64_t first;                 /* sequence index of query 0 (= n_past before the call) */
-} attn_job;
-
-/* One (token, head) pair per item: causal attention over the cache. */
-static void attn_task(void *ctx, int64_t start, int64_t end, int tid) {
-    const attn_job *job = ctx;
-    edgevlm_session *s = job->s;
-    const edgevlm_model_info *in = &s->model->info;
-    const int hd = in->head_dim, n_head = in->n_head, group = in->n_head / in->n_head_kv;
-    const int64_t kv_row = (int64_t)in->n_head_kv * hd, n_ctx = s->params.n_ctx;
-    const float scale = 1.0f / sqrtf((float)hd);
-    float *scores = s->t.scores + (int64_t)tid * n_ctx;
-    float *acc = s->t.acc + (int64_t)tid * hd;
-    const ev_kernels *k = s->kernels;
-    const int f16 = s->kv_elem == 2;
-    const char *kc = (const char *)s->k_cache + (size_t)job->layer * n_ctx * kv_row * s->kv_elem;
-    const char *vc = (const char *)s->v_cache + (size_t)job->layer * n_ctx * kv_row * s->kv_elem;
-    for (int64_t item = start; item < end; item++) {
-        const int64_t i = item / n_head;
-        const int h = (int)(item % n_head), g = h / group;
-        const float *q = s->t.q + i * n_head * hd + (int64_t)h * hd;
-        const int64_t n_keys = job->first + i + 1;
-        float mx = -INFINITY;
-        for (int64_t t = 0; t < n_keys; t++) {
-            const char *krow = kc + ((size_t)t * kv_row + (size_t)g * hd) * s->kv_elem;
-            float sc = (f16 ? k->dot_f16_f32(hd, (const ev_fp16 *)krow, q)
-                            : k->dot_f32(hd, (const float *)krow, q)) * scale;
-            scores[t] = sc;
-            if (sc > mx) mx = sc;
-        }
-        const float inv = 1.0f / k->exp_sum_f32(scores, n_keys, mx);
-        memset(acc, 0, sizeof(float) * (size_t)hd);
-        for (int64_t t = 0; t < n_keys; t++) {
-            const char *vrow = vc + ((size_t)t * kv_row + (size_t)g * hd) * s->kv_elem;
-            if (f16) k->axpy_f16_f32(hd, scores[t] * inv, (const ev_fp16 *)vrow, acc);
-            else k->axpy_f32(hd, scores[t] * inv, (const float *)vrow, acc);
-        }
-        memcpy(s->t.att + i * n_head * hd + (int64_t)h * hd, acc, sizeof(float) * (size_t)hd);
-    }
-}
-
 static void store_kv(edgevlm_session *s, int layer, int64_t n) {
     const edgevlm_model_info *in = &s->model->info;
     const int64_t kv_row = (int64_t)in->n_head_kv * in->head_dim, n_ctx = s->params.n_ctx;
@@ -128,7 +83,6 @@ edgevlm_status ev_text_forward(edgevlm_session *s, const int32_t *tokens, int64_
     const edgevlm_model *m = s->model;
     const edgevlm_model_info *in = &m->info;
     const int64_t d = in->n_embd, hd = in->head_dim;
-    const int64_t q_row = (int64_t)in->n_head * hd, kv_row = (int64_t)in->n_head_kv * hd;
     ev_text_scratch *t = &s->t;
 
     edgevlm_status st = embed(s, tokens, n, vision_index, vision_rows, n_vision);
@@ -138,29 +92,24 @@ edgevlm_status ev_text_forward(edgevlm_session *s, const int32_t *tokens, int64_
     for (int l = 0; l < in->n_layer; l++) {
         if (atomic_load(&s->cancel)) return ev_fail(s, EDGEVLM_ERR_CANCELLED, "cancelled");
         const ev_text_layer *L = &m->layers[l];
-        ev_rmsnorm(t->xb, t->x, L->attn_norm.data, n, d, in->rms_eps);
+        ev_rows_rmsnorm(s, t->xb, t->x, L->attn_norm.data, n, d, in->rms_eps);
         ev_linear(s, &L->wq, NULL, t->xb, n, t->q);
         ev_linear(s, &L->wk, NULL, t->xb, n, t->k);
         ev_linear(s, &L->wv, NULL, t->xb, n, t->v);
-        ev_rmsnorm(t->q, t->q, L->q_norm.data, n * in->n_head, hd, in->rms_eps);
-        ev_rmsnorm(t->k, t->k, L->k_norm.data, n * in->n_head_kv, hd, in->rms_eps);
-        for (int64_t i = 0; i < n; i++) {
-            const float *c = t->rope_cos + i * (hd / 2), *sn = t->rope_sin + i * (hd / 2);
-            ev_rope_rotate_half(t->q + i * q_row, in->n_head, (int)hd, c, sn);
-            ev_rope_rotate_half(t->k + i * kv_row, in->n_head_kv, (int)hd, c, sn);
-        }
+        ev_rows_rmsnorm(s, t->q, t->q, L->q_norm.data, n * in->n_head, hd, in->rms_eps);
+        ev_rows_rmsnorm(s, t->k, t->k, L->k_norm.data, n * in->n_head_kv, hd, in->rms_eps);
+        ev_rows_rope_qk(s, t->q, t->k, n, t->rope_cos, t->rope_sin);
         store_kv(s, l, n);
-        attn_job job = {s, l, n, s->n_past};
-        ev_pool_for(s->pool, n * in->n_head, 1, attn_task, &job);
+        ev_decoder_attention(s, l, n);
         ev_linear(s, &L->wo, NULL, t->att, n, t->xb);
-        ev_add(t->x, t->xb, n * d);
+        ev_rows_add(s, t->x, t->xb, n, d);
 
-        ev_rmsnorm(t->xb, t->x, L->ffn_norm.data, n, d, in->rms_eps);
+        ev_rows_rmsnorm(s, t->xb, t->x, L->ffn_norm.data, n, d, in->rms_eps);
         ev_linear(s, &L->w_gate, NULL, t->xb, n, t->gate);
         ev_linear(s, &L->w_up, NULL, t->xb, n, t->up);
-        ev_silu_mul(t->gate, t->up, n * in->n_ff);
+        ev_rows_silu_mul(s, t->gate, t->up, n, in->n_ff);
         ev_linear(s, &L->w_down, NULL, t->gate, n, t->xb);
-        ev_add(t->x, t->xb, n * d);
+        ev_rows_add(s, t->x, t->xb, n, d);
 
         if (l < n_ds && deepstack_rows && vision_index) {
             const float *ds = deepstack_rows + (int64_t)l * n_vision * d;

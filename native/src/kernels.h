@@ -40,11 +40,14 @@ typedef struct ev_gemm_args {
 
 /* gemm_dq's blocking (BLIS-style), shared by every kernel set: K in chunks of EV_GEMM_KC
  * columns; the weights of up to EV_GEMM_NC rows of a chunk are dequantised once into panels
- * (L2/L3), the activations of EV_GEMM_MC tokens packed into micro-tiles (L2). */
+ * (1 MiB, L3; the micro-kernel's 16-row panel, 16 KiB, stays in L1 while it sweeps the token
+ * block), the activations of EV_GEMM_MC tokens packed into micro-tiles (240 KiB, L2). NC is
+ * large because the token block is repacked once per K chunk and NC rows: at NC = 256 that
+ * repacking took 16 % of a 512-token prefill. */
 #define EV_GEMM_KC 256
-#define EV_GEMM_NC 256
+#define EV_GEMM_NC 1024
 #define EV_GEMM_MC 240
-#define EV_GEMM_PACK_FLOATS ((EV_GEMM_MC + EV_GEMM_NC) * EV_GEMM_KC)   /* 496 KiB a thread */
+#define EV_GEMM_PACK_FLOATS ((EV_GEMM_MC + EV_GEMM_NC) * EV_GEMM_KC)   /* 1.23 MiB a thread */
 #define EV_GEMM_NR 16          /* weight rows per panel */
 #define EV_GEMM_MR 6           /* tokens per micro-tile (EV_GEMM_MC is a multiple) */
 

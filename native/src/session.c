@@ -46,7 +46,7 @@ void edgevlm_session_free(edgevlm_session *s) {
     free(s->v_cache);
     float **bufs[] = {&s->t.x, &s->t.xb, &s->t.q, &s->t.k, &s->t.v, &s->t.att, &s->t.gate,
                       &s->t.up, &s->t.rope_cos, &s->t.rope_sin, &s->t.scores, &s->t.acc,
-                      &s->v.h, &s->v.y, &s->v.y2, &s->v.qkv, &s->v.att, &s->v.mlp,
+                      &s->t.attn_tile, &s->v.h, &s->v.y, &s->v.y2, &s->v.qkv, &s->v.att, &s->v.mlp,
                       &s->v.merge_in, &s->v.rope_cos, &s->v.rope_sin, &s->v.attn, &s->cand_p};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i]);
     free(s->v.pos_row);
@@ -106,7 +106,9 @@ edgevlm_status edgevlm_session_new(const edgevlm_model *m, const edgevlm_session
              alloc_f32(&s->t.gate, nb, in->n_ff) && alloc_f32(&s->t.up, nb, in->n_ff) &&
              alloc_f32(&s->t.rope_cos, nb, hd / 2) && alloc_f32(&s->t.rope_sin, nb, hd / 2) &&
              alloc_f32(&s->t.scores, p->n_threads, p->n_ctx) &&
-             alloc_f32(&s->t.acc, p->n_threads, hd) && alloc_f32(&s->cand_p, in->n_vocab, 1) &&
+             alloc_f32(&s->t.acc, p->n_threads, hd) &&
+             alloc_f32(&s->t.attn_tile, p->n_threads, ev_dec_attn_floats(hd)) &&
+             alloc_f32(&s->cand_p, in->n_vocab, 1) &&
              (s->cand_idx = ev_alloc(sizeof(int32_t) * (size_t)in->n_vocab)) != NULL;
     size_t mm = text_matmul_scratch_bytes(m, nb, p->n_threads);
     if (ok && p->max_patches > 0) {
@@ -172,8 +174,10 @@ edgevlm_status edgevlm_encode_vision(edgevlm_session *s, const float *pixel_valu
         return ev_fail(s, EDGEVLM_ERR_NO_VISION, "the model was loaded without an mmproj file");
     if (!pixel_values || !out_embeds)
         return ev_fail(s, EDGEVLM_ERR_ARGUMENT, "pixel_values and out_embeds are required");
+    int64_t grid_patches = 0;  /* t*h*w of three int32s can overflow int64 */
     if (gt < 1 || gh < 2 || gw < 2 || gh % 2 || gw % 2 ||
-        (int64_t)gt * gh * gw != n_patches)
+        __builtin_mul_overflow((int64_t)gt * gh, (int64_t)gw, &grid_patches) ||
+        grid_patches != n_patches)
         return ev_fail(s, EDGEVLM_ERR_ARGUMENT, "grid [%d, %d, %d] does not fit %lld patches "
                        "(need t >= 1, h and w even, t*h*w == n_patches)", gt, gh, gw,
                        (long long)n_patches);

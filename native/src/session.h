@@ -27,7 +27,15 @@ typedef struct ev_text_scratch {
     float *rope_sin;               /* [n_batch, head_dim / 2] */
     float *scores;                 /* [n_threads, n_ctx] attention probabilities */
     float *acc;                    /* [n_threads, head_dim] f32 accumulator for f16 V */
+    float *attn_tile;              /* [n_threads, ev_dec_attn_floats(head_dim)] prefill
+                                    * attention: K^T, V, scores and output blocks */
 } ev_text_scratch;
+
+/* decoder_attn.c's blocking: calls of at least MIN_TILED queries run in blocks of QB queries
+ * against chunks of KB keys */
+#define EV_DEC_ATT_MIN_TILED 8
+#define EV_DEC_ATT_QB 64
+#define EV_DEC_ATT_KB 256
 
 typedef struct ev_vit_scratch {
     int64_t max_patches;           /* capacity N */
@@ -83,6 +91,19 @@ void ev_linear(edgevlm_session *s, const ev_tensor *w, const ev_tensor *b, const
                int64_t n_tok, float *y);
 
 /* The text forward pass (decoder.c). */
+/* rows.c: the decoder's row operations over the thread pool (small calls run inline) */
+void ev_rows_rmsnorm(edgevlm_session *s, float *out, const float *x, const float *w,
+                     int64_t rows, int64_t n, float eps);
+void ev_rows_silu_mul(edgevlm_session *s, float *gate, const float *up, int64_t rows, int64_t n);
+void ev_rows_add(edgevlm_session *s, float *y, const float *x, int64_t rows, int64_t n);
+void ev_rows_rope_qk(edgevlm_session *s, float *q, float *k, int64_t rows, const float *cos,
+                     const float *sin);
+
+/* decoder_attn.c: causal GQA attention of the call's n queries (q in s->t.q, keys and values
+ * already in the cache at n_past ..) into s->t.att */
+void ev_decoder_attention(edgevlm_session *s, int layer, int64_t n);
+int64_t ev_dec_attn_floats(int64_t head_dim);   /* per-thread attn_tile floats */
+
 edgevlm_status ev_text_forward(edgevlm_session *s, const int32_t *tokens, int64_t n_tokens,
                                const int32_t *positions, int64_t pos_stride,
                                const int32_t *vision_index, const float *vision_rows,

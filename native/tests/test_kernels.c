@@ -310,7 +310,8 @@ static void test_matmul_against_double_reference(void) {
     CHECK(pools[0] && pools[1]);
     const int64_t toks[] = {1, 3, 17, 64, 101};
     const struct { int64_t n_out, n_in; } shapes[] = {
-        {1, 32}, {5, 64}, {37, 96}, {64, 256}, {130, 2112}, {20, 6144}};
+        {1, 32}, {5, 64}, {37, 96}, {64, 256}, {130, 2112}, {20, 6144},
+        {1100, 288}};   /* more rows than EV_GEMM_NC on one thread, a K tail of 32 */
     for (int si = 0; si < n_sets; si++) {
         for (int pi = 0; pi < 2; pi++) {
             for (int ti = 0; ti < 5; ti++) {

@@ -223,10 +223,41 @@ EV_AVX2_INLINE void q_direct_tile(const ev_gemm_args *a, int64_t r, int64_t t, c
         for (int j = 0; j < C; j++) store_y(a, r + i, t + j, avx2_hsum(acc[i][j]), 0);
 }
 
+/* Decode: one row against one token, blocks in pairs on two accumulators. One row at a time
+ * keeps each thread on a single sequential stream through the weights, which the hardware
+ * prefetcher follows; interleaving several rows' streams measured 40-50 % slower from DRAM. */
+EV_AVX2_INLINE void q_gemv_row(const ev_gemm_args *a, int64_t r, const int q4) {
+    const int64_t nb = a->n_in / EV_QK;
+    const uint8_t *wr = a->w + r * a->w_stride;
+    const ev_block_q8_0 *xr = (const ev_block_q8_0 *)a->x;
+    const float *dx = a->x_scale;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        __m256i w0 = load_wq(wr, b, q4), w1 = load_wq(wr, b + 1, q4);
+        __m256i p0 = avx2_dot32(_mm256_sign_epi8(w0, w0), w0,
+                                _mm256_loadu_si256((const __m256i *)xr[b].qs));
+        __m256i p1 = avx2_dot32(_mm256_sign_epi8(w1, w1), w1,
+                                _mm256_loadu_si256((const __m256i *)xr[b + 1].qs));
+        __m256 d0 = _mm256_set1_ps(load_dw(wr, b, q4) * dx[b]);
+        __m256 d1 = _mm256_set1_ps(load_dw(wr, b + 1, q4) * dx[b + 1]);
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), d0, acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), d1, acc1);
+    }
+    if (b < nb) {
+        __m256i w0 = load_wq(wr, b, q4);
+        __m256i p0 = avx2_dot32(_mm256_sign_epi8(w0, w0), w0,
+                                _mm256_loadu_si256((const __m256i *)xr[b].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0),
+                               _mm256_set1_ps(load_dw(wr, b, q4) * dx[b]), acc0);
+    }
+    store_y(a, r, 0, avx2_hsum(_mm256_add_ps(acc0, acc1)), 0);
+}
+
 EV_AVX2_INLINE void q_direct(const ev_gemm_args *a, int64_t r0, int64_t r1, const int q4) {
     int64_t r = r0;
     switch (a->n_tok) {
-    case 1: for (; r + TILE_R <= r1; r += TILE_R) q_direct_tile(a, r, 0, TILE_R, 1, q4); break;
+    case 1: for (; r < r1; r++) q_gemv_row(a, r, q4); break;
     case 2: for (; r + TILE_R <= r1; r += TILE_R) q_direct_tile(a, r, 0, TILE_R, 2, q4); break;
     case 3: for (; r + TILE_R <= r1; r += TILE_R) q_direct_tile(a, r, 0, TILE_R, 3, q4); break;
     default: break;
