@@ -1,0 +1,166 @@
+"""The engine bench's report: the Markdown tables and the plots of every stage."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import stage_cold
+import stage_threads
+import stage_ttft
+from engine_common import FLOOR, llama_python, log, op_fmt, op_label, op_value
+from engine_driver import ENGINES, PEERS
+
+
+def markdown(report: dict[str, Any]) -> str:
+    m, meta = report["machine"], report["meta"]
+    peers = [p for p in PEERS if any(p in t["engines"] for t in report["types"])]
+    lines = [f"### Qwen3-VL-2B shape, {meta['threads']} threads — {meta['date']}", "",
+             f"Machine: {m.get('Model name', '?')}, {m.get('cores')} cores "
+             f"({', '.join(m.get('simd', []))}), {m.get('mem_total_gib', '?')} GiB; load "
+             f"average {meta['loadavg_start'][0]:.2f} at start, {meta['loadavg_end'][0]:.2f} at "
+             f"end. Medians of {meta['runs']} runs, engines alternating per measurement; "
+             f"context {meta['ctx']}, prefill batch {meta['batch']}.", ""]
+    head = "| type | measurement | edgevlm |"
+    rule = "|---|---|---|"
+    for p in peers:
+        head += f" {p} | edgevlm / {p} |"
+        rule += "---|---|"
+    if report["types"]:
+        lines += [head, rule]
+    for t in report["types"]:
+        eng = t["engines"]
+        for op in meta["ops"]:
+            e = eng.get("edgevlm", {}).get("ops", {}).get(op)
+            label = op_label(op)
+            if op.startswith("vit"):
+                counts = {eng[x]["ops"][op]["image_tokens"] for x in eng
+                          if "image_tokens" in eng[x]["ops"].get(op, {})}
+                label += ", " + "/".join(f"{c:.0f}" for c in sorted(counts)) + " tok"
+            row = f"| {t['type']} | {label} | {op_fmt(e, op)} |"
+            for p in peers:
+                r = t.get("ratios", {}).get(p, {}).get(op)
+                rs = "" if r is None else (f"**{r:.2f}**" if r < FLOOR else f"{r:.2f}")
+                row += f" {op_fmt(eng.get(p, {}).get('ops', {}).get(op), op)} | {rs} |"
+            lines.append(row)
+
+        def mem(x: dict[str, Any]) -> str:
+            if "peak_rss_mib" not in x:
+                return "—"
+            return f"{x['rss_after_load_mib']:.0f} / {x['peak_rss_mib']:.0f}"
+
+        row = f"| {t['type']} | RSS after load / peak (MiB) | {mem(eng.get('edgevlm', {}))} |"
+        for p in peers:
+            row += f" {mem(eng.get(p, {}))} | |"
+        lines.append(row)
+    if report["types"]:
+        lines += ["", "Ratios are speed ratios edgevlm / peer (> 1: edgevlm faster); **bold**: "
+                  f"below the {FLOOR} floor. Vision tower storage: "
+                  + ", ".join(f"{t['type']} → {t['vision_type']}" for t in report["types"])
+                  + " (transformers: the bf16 checkpoint).", ""]
+    lines += stage_sections(report)
+    lines += ["Versions: " + "; ".join(f"{k}: {v}" for k, v in report["versions"].items())]
+    return "\n".join(lines) + "\n"
+
+
+def stage_sections(report: dict[str, Any]) -> list[str]:
+    """The ttft / cold / threads stages' tables, for those that ran."""
+    lines: list[str] = []
+    if report.get("ttft"):
+        lines += stage_ttft.markdown(report["ttft"])
+    if report.get("cold"):
+        lines += stage_cold.markdown(report["cold"])
+    if report.get("threads"):
+        lines += stage_threads.markdown(report["threads"])
+    return lines
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    """``path``: the engine stage's bars by type (when it ran); ``<path>-stages.png``: the
+    other stages' panels (when any ran)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if report["types"]:
+        _plot_engine(report, path, plt)
+    if any(report.get(s) for s in ("ttft", "cold", "threads")):
+        _plot_stages(report, stages_png(path), plt)
+
+
+def stages_png(path: Path) -> Path:
+    return path.with_name(path.stem + "-stages.png")
+
+
+def _plot_stages(report: dict[str, Any], path: Path, plt: Any) -> None:
+    panels: list[Any] = []
+    if report.get("ttft"):
+        panels.append(lambda ax: stage_ttft.draw(ax, report["ttft"]))
+    if report.get("cold"):
+        panels.append(lambda ax: stage_cold.draw(ax, report["cold"]))
+    scaling = report.get("threads")
+    n = len(panels) + (len(scaling["ops"]) if scaling else 0)
+    fig, axes = plt.subplots(1, n, figsize=(3.6 * n, 4.0), squeeze=False)
+    for ax, draw in zip(axes[0], panels, strict=False):
+        draw(ax)
+    if scaling:
+        stage_threads.draw(list(axes[0][len(panels):]), scaling)
+    meta = report["meta"]
+    fig.suptitle(f"Qwen3-VL-2B shape, {meta['date']}, median of {meta['runs']} — "
+                 f"{report['machine'].get('Model name', '')}, load average "
+                 f"{meta['loadavg_start'][0]:.1f}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _plot_engine(report: dict[str, Any], path: Path, plt: Any) -> None:
+    ops = report["meta"]["ops"]
+    types = [t["type"] for t in report["types"]]
+    engines = [e for e in ENGINES if any(e in t["engines"] for t in report["types"])]
+    fig, axes = plt.subplots(1, len(ops), figsize=(3.3 * len(ops), 4.0), squeeze=False)
+    width = 0.8 / len(engines)
+    colors = {"edgevlm": "#1f77b4", "llama.cpp": "#ff7f0e", "transformers": "#2ca02c"}
+    for ax, op in zip(axes[0], ops, strict=True):
+        for k, engine in enumerate(engines):
+            xs, vals = [], []
+            for i, t in enumerate(report["types"]):
+                v = op_value(t["engines"].get(engine, {}).get("ops", {}).get(op), op)
+                if v is not None:
+                    xs.append(i + (k - (len(engines) - 1) / 2) * width)
+                    vals.append(v)
+            ax.bar(xs, vals, width, label=engine, color=colors.get(engine))
+        ax.set_xticks(range(len(types)), types)
+        ax.set_title(op_label(op) + (" — lower is better" if op.startswith("vit") else ""),
+                     fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    meta = report["meta"]
+    fig.suptitle(f"Qwen3-VL-2B shape, {meta['threads']} threads, {meta['date']}, median of "
+                 f"{meta['runs']} — {report['machine'].get('Model name', '')}, load average "
+                 f"{meta['loadavg_start'][0]:.1f}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_plot(report_path: Path, png: Path) -> None:
+    """The PNG, drawn here if matplotlib is importable, else by the bench venv's python."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        py = llama_python()
+        if py.exists():
+            cli = Path(__file__).resolve().parent / "bench_engine.py"
+            done = subprocess.run([str(py), str(cli), "--plot", str(report_path), str(png)],
+                                  check=False)
+            if done.returncode != 0:
+                log(f"the plot failed (exit {done.returncode}); redraw with --render")
+        else:
+            log("no matplotlib: skipping the plot")
+        return
+    plot(json.loads(report_path.read_text()), png)
+
