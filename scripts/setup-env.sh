@@ -26,6 +26,7 @@ command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 if [ "$PROFILE" = "test" ]; then
   command -v make >/dev/null 2>&1 || need+=(make)
   command -v clang >/dev/null 2>&1 || need+=(clang)
+  command -v openssl >/dev/null 2>&1 || need+=(openssl)  # test certificates (locked-down broker)
   if [ "$(uname -m)" = "x86_64" ]; then  # the NEON kernels are tested under qemu-user
     command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || need+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
     command -v qemu-aarch64 >/dev/null 2>&1 || need+=(qemu-user)

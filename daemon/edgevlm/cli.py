@@ -94,7 +94,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         print(exc, file=sys.stderr)
         return EXIT_USAGE
     if args.json:
-        _print_json(config.model_dump(mode="json"))
+        _print_json(config.redacted())  # passwords, keys and !secret values as ***
     else:
         print(f"{args.file}: configuration is valid")
     return EXIT_OK

@@ -50,7 +50,10 @@ def parse_size(value: Any) -> Any:
         if not match or unit not in _UNITS:
             raise ValueError(f"not a size: {value!r}; write bytes (1048576) or a size with a "
                              "unit (1 MiB, 512MB)")
-        return int(float(match.group(1)) * _UNITS[unit])
+        size = float(match.group(1)) * _UNITS[unit]
+        if size >= 2**63:  # also inf: int() of it raises OverflowError, which pydantic lets out
+            raise ValueError(f"size {value[:40]!r} is too large; write at most 8 EiB")
+        return int(size)
     return value
 
 
@@ -104,7 +107,8 @@ DEFAULT_FORMATS: list[ImageFormat] = ["JPEG", "PNG", "WEBP", "BMP"]
 
 class MediaConfig(_Section):
     formats: list[ImageFormat] = Field(default_factory=lambda: list(DEFAULT_FORMATS))
-    max_image_pixels: int = Field(default=40_000_000, ge=1)
+    max_image_pixels: int = Field(default=2_097_152, ge=1, description="most pixels decoded "
+                                  "per image (a JPEG may declare up to 64x: DCT scaling)")
 
     def policy(self) -> MediaPolicy:
         return MediaPolicy(frozenset(self.formats), self.max_image_pixels)
@@ -156,7 +160,7 @@ class MQTTConfig(_Section):
     will_delay_s: int = Field(default=5, ge=0)
     health_interval_s: float = Field(default=30, gt=0)
     reconnect_min_s: float = Field(default=1, gt=0)
-    reconnect_max_s: float = Field(default=60, gt=0)
+    reconnect_max_s: float = Field(default=5, gt=0)
     clean_start: bool = False
     session_expiry_s: int = Field(default=3600, ge=0)
 
@@ -351,6 +355,10 @@ def load_config(path: str | Path, env: Mapping[str, str] | None = os.environ,
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(source, [f"cannot read the file: {exc.strerror}"]) from None
+    except UnicodeDecodeError as exc:
+        line = exc.object[:exc.start].count(b"\n") + 1
+        raise ConfigError(source, [f"not UTF-8 text: byte 0x{exc.object[exc.start]:02x} "
+                                   f"(line {line}); save the file as UTF-8"]) from None
     try:
         raw = read_yaml(text, Path(path).parent / "secrets.yaml",
                         os.environ if env is None else env)

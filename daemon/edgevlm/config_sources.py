@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.constructor import ConstructorError
 
 Loc = tuple[str | int, ...]
 ENV_PREFIX = "EDGEVLM_"
@@ -61,6 +62,15 @@ class _TaggedLoader(yaml.SafeLoader):
     secrets_path: Path | None
     env: Mapping[str, str]
     _secrets: dict[str, Any] | None = None
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """SafeLoader's, with a YAML error at the value's line for a scalar Python refuses
+        (an integer of more than 4300 digits, a date like 2024-13-45) instead of ValueError."""
+        try:
+            return super().construct_object(node, deep)
+        except ValueError as exc:
+            raise ConstructorError(None, None, f"cannot read the value {str(node.value)[:40]!r}"
+                                   f": {str(exc)[:100]}", node.start_mark) from None
 
     def secrets(self, line: int, name: str) -> dict[str, Any] | None:
         if self._secrets is not None:
@@ -113,22 +123,37 @@ _TaggedLoader.add_constructor("!secret", _construct_secret)
 _TaggedLoader.add_constructor("!env", _construct_env)
 
 
-def _walk(node: yaml.Node, path: Loc, raw: RawConfig) -> None:
+MAX_VALUES = 100_000  # values of a config once aliases are expanded (a real one has < 1000)
+
+
+def _walk(node: yaml.Node, path: Loc, raw: RawConfig, budget: list[int],
+          active: set[int]) -> None:
+    """Record the line of every value; refuse recursive aliases and alias bombs."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise ConstructorError(None, None, f"more than {MAX_VALUES} values once aliases are "
+                               "expanded; write the values out", node.start_mark)
+    if id(node) in active:
+        raise ConstructorError(None, None, "an alias refers to a value that contains it",
+                               node.start_mark)
     raw.origins[path] = f"line {node.start_mark.line + 1}"
     if node.tag == "!secret":
         raw.secret_paths.add(path)
+    active.add(id(node))
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
             child = (*path, str(key.value))
-            _walk(value, child, raw)
+            _walk(value, child, raw, budget, active)
             raw.origins[child] = f"line {key.start_mark.line + 1}"
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _walk(item, (*path, i), raw)
+            _walk(item, (*path, i), raw, budget, active)
+    active.discard(id(node))
 
 
 def read_yaml(text: str, secrets_path: Path | None, env: Mapping[str, str]) -> RawConfig:
-    """Parse the config text; raises :class:`yaml.YAMLError` on bad syntax."""
+    """Parse the config text; raises :class:`yaml.YAMLError` on bad syntax, values Python
+    cannot hold, recursive aliases, alias bombs and nesting too deep to parse."""
     raw = RawConfig()
     loader = _TaggedLoader(text)
     loader.raw, loader.secrets_path, loader.env = raw, secrets_path, env
@@ -136,8 +161,10 @@ def read_yaml(text: str, secrets_path: Path | None, env: Mapping[str, str]) -> R
         node = loader.get_single_node()
         if node is None:
             return raw
-        _walk(node, (), raw)
+        _walk(node, (), raw, [MAX_VALUES], set())
         data = loader.construct_document(node)
+    except RecursionError:
+        raise yaml.YAMLError("the document is nested too deeply") from None
     finally:
         loader.dispose()
     raw.data = data  # validated by the caller: it must be a mapping

@@ -29,9 +29,9 @@ from .protocol import (
     VisionTokensPart,
     media_bytes,
 )
-from .vision.decode import decode_image
+from .vision.decode import decode_for_resize, decode_image
 from .vision.preprocess import PixelInput, preprocess_image, preprocess_video
-from .vision.sizing import group_timestamps
+from .vision.sizing import group_timestamps, resize_rule
 from .vision_tokens import decode_vision_tokens
 
 
@@ -92,9 +92,12 @@ def _prepare_part(path: str, part: object, request: Request, ctx: PreflightConte
         cached = cache.get(key) if cache is not None else None
         if cached is not None:
             return PreparedMedia(path, "image", key, cached, None)
-        image = decode_image(data, ctx.media)
-        pixels = preprocess_image(image, ctx.family, lo, hi, model.image_mean, model.image_std)
-        return PreparedMedia(path, "image", key, None, pixels, image.size)
+        # a big JPEG is decoded reduced, straight to a size that covers the resize target
+        image, size = decode_for_resize(data, ctx.media,
+                                        resize_rule(ctx.family.factor, lo, hi))
+        pixels = preprocess_image(image, ctx.family, lo, hi, model.image_mean, model.image_std,
+                                  source_size=size)
+        return PreparedMedia(path, "image", key, None, pixels, size)
     if isinstance(part, VideoFramesPart):
         frames_data = [media_bytes(frame) for frame in part.video_frames]
         lo, hi = pixel_bounds_for(ctx, "video", request)

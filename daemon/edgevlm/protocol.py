@@ -15,6 +15,7 @@ from json.encoder import encode_basestring_ascii as _encode_json_string_ascii
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     AliasChoices,
     BaseModel,
     ConfigDict,
@@ -54,9 +55,22 @@ class InlineBytes(_Strict):
 MediaSource = Annotated[str | InlineBytes, Field(description="a data: URL or {b64, mime}")]
 
 
+def _valid_unicode(text: str) -> str:
+    """Refuse a lone surrogate (a ``\\ud800`` escape in the JSON): no tokenizer can encode it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"not valid Unicode: a lone surrogate {text[exc.start]!r} at "
+                         f"character {exc.start}; send UTF-8 text") from None
+    return text
+
+
+UnicodeText = Annotated[str, AfterValidator(_valid_unicode)]
+
+
 class TextPart(_Strict):
     type: Literal["text"]
-    text: str
+    text: UnicodeText
 
 
 class ImagePart(_Strict):
@@ -147,7 +161,7 @@ PART_TYPES = ("text", "image", "image_url", "video_frames", "vision_tokens", "im
 
 class Message(_Strict):
     role: Literal["system", "user", "assistant"]
-    content: str | list[ContentPart]
+    content: UnicodeText | list[ContentPart]
 
     def parts(self) -> list[ContentPart]:
         """The content as a list of parts (a plain string is one text part)."""
@@ -180,7 +194,7 @@ class Request(_Strict):
     top_k: int | None = Field(default=None, ge=0)
     repetition_penalty: float | None = Field(default=None, gt=0, le=10)
     seed: int | None = Field(default=None, ge=0, lt=2**64)
-    stop: list[str] = Field(default_factory=list, max_length=MAX_STOP_STRINGS)
+    stop: list[UnicodeText] = Field(default_factory=list, max_length=MAX_STOP_STRINGS)
     stream: bool = False
     deadline_ms: int | None = Field(default=None, ge=1)
     mm_processor_kwargs: MMProcessorKwargs | None = None
@@ -359,8 +373,11 @@ def parse_request(payload: bytes | str | dict[str, Any]) -> Request:
     if isinstance(payload, bytes | str):
         try:
             obj = json.loads(payload)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an int of > 4300 digits
             raise InvalidRequest(f"payload is not JSON ({exc}); send a UTF-8 JSON object") from None
+        except RecursionError:
+            raise InvalidRequest("payload is nested too deeply to parse; send a JSON object "
+                                 "with 'messages'") from None
     else:
         obj = payload
     if not isinstance(obj, dict):
@@ -386,7 +403,7 @@ def request_id_of(payload: bytes | str) -> str | None:
     """Best-effort id (or transaction) of a payload that failed to parse, for the error answer."""
     try:
         obj = json.loads(payload)
-    except (UnicodeDecodeError, json.JSONDecodeError, ValueError):
+    except (ValueError, RecursionError):
         return None
     return _id_of(obj)
 

@@ -1,9 +1,12 @@
 """``edgevlm serve``: the composition root that wires config, engine, MQTT and the rest.
 
 Start: load the model -> start the worker, ack and health threads -> connect (paho retries with
-back-off) -> on every connect, once the subscriptions are confirmed: ``bridge/info``,
-Home Assistant discovery, camera states, ``bridge/busy``, ``bridge/health`` and finally
-``bridge/state = online``. Stop (SIGTERM): stop taking requests (new ones stay unacked, the
+back-off) -> on the first connect, the ACL probe (:mod:`edgevlm.mqtt.probe`) -> on every
+connect, once the subscriptions are confirmed: ``bridge/info``, Home Assistant discovery,
+camera states, ``bridge/busy``, ``bridge/health`` and finally ``bridge/state = online``. A
+refused login, a refused certificate or a denied topic at start-up ends the start
+(:class:`StartupFailure`; ``edgevlm serve`` exits with status 78); after that, every failure
+is retried. Stop (SIGTERM): stop taking requests (new ones stay unacked, the
 broker redelivers them), answer queued ones ``busy``, let the running one finish (then cancel
 it), wait for the broker's confirmations, publish ``offline``, disconnect.
 """
@@ -33,8 +36,10 @@ from .metrics import Metrics
 from .models import demo_model_dir
 from .mqtt.bridge import Bridge, info_payload
 from .mqtt.client import Incoming, LinkSettings, MqttLink, wait_confirmed
+from .mqtt.connect_errors import EX_CONFIG, ConnectFailure
 from .mqtt.dedupe import DedupeMemory
 from .mqtt.jobs import CameraJob, JobQueue
+from .mqtt.probe import AclProbe, probe_targets
 from .mqtt.replies import Ack, Replier
 from .mqtt.requests import RequestHandler
 from .mqtt.topics import Topics, homeassistant_status
@@ -74,6 +79,12 @@ def load_engine(config: Config) -> Engine:
     return engine
 
 
+class StartupFailure(Exception):
+    """The broker refused us at start-up in a way retrying cannot fix (login, TLS, ACL)."""
+
+    exit_code = EX_CONFIG
+
+
 def broker_host(config: Config) -> str:
     if config.mqtt.host:
         return config.mqtt.host
@@ -102,7 +113,8 @@ class Service:
         self.host = broker_host(config)
         self.link = MqttLink(LinkSettings.from_config(mqtt, self.host, self.topics.state),
                              on_message=self._on_message, on_ready=self._on_ready,
-                             on_connection=self._on_connection, exit_process=exit_process)
+                             on_connection=self._on_connection, exit_process=exit_process,
+                             on_failure=self._on_link_failure)
         self.replier = Replier(self.link)
         context = self.engine.preflight_context(mm=config.limits.limit_mm_per_prompt,
                                                 media=config.media.policy())
@@ -127,6 +139,10 @@ class Service:
             filters.append(self.ha_status)
         self.link.set_subscriptions(filters)
         self._online = threading.Event()
+        self._settled = threading.Event()  # online, or a start-up failure
+        self._probe_passed = False         # the ACL probe passed once: the start is done
+        self.startup_failure: str | None = None
+        self.shutdown_requested = threading.Event()  # set by signals and start-up failures
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()
         self._started = False
@@ -152,7 +168,10 @@ class Service:
         self.link.start()
         self._started = True
         self._start_announcer()
-        if timeout is not None and not self._online.wait(timeout):
+        if timeout is not None and self._settled.wait(timeout) and self.startup_failure:
+            self.stop("cannot start")
+            raise StartupFailure(self.startup_failure)
+        if timeout is not None and not self._online.is_set():
             self.stop("not online in time")
             raise TimeoutError(f"not online within {timeout:.0f} s (broker "
                                f"{self.host}:{self.config.mqtt.port} unreachable?)")
@@ -211,8 +230,45 @@ class Service:
         if connected and self.link.connects > 1:
             self.metrics.reconnected()
 
+    def _on_link_failure(self, failure: ConnectFailure) -> None:
+        """A failed connection (network thread): permanent ones end a start, never a run."""
+        if failure.permanent and not self._probe_passed:
+            self._fail_startup(failure.message)
+
+    def _fail_startup(self, reason: str) -> None:
+        if self.startup_failure is None:
+            self.startup_failure = reason
+        self.shutdown_requested.set()
+        self._settled.set()
+
     def _on_ready(self, session_present: bool) -> None:
-        """Subscriptions confirmed (network thread): publish our state, then ``online``."""
+        """Subscriptions confirmed (network thread): the first time, probe the ACL first."""
+        if self._probe_passed:
+            self._announce_online()
+            return
+        try:
+            discovery = None
+            if self.config.homeassistant.discovery:
+                from .homeassistant import device_topic, discovery_context
+
+                discovery = device_topic(discovery_context(self.config, __version__,
+                                                           self.engine.name))
+            targets = probe_targets(self.topics, sorted(self.config.cameras), discovery)
+            AclProbe(self.link, targets, self.replier.after_confirmed, self._after_probe).run()
+        except Exception:  # a bug in the probe must not keep the daemon offline
+            log.exception("the ACL probe failed; going online without it")
+            self._after_probe([])
+
+    def _after_probe(self, problems: list[str]) -> None:
+        if problems:
+            self._fail_startup(f"the broker's ACL denies {len(problems)} topic(s) the daemon "
+                               f"needs: {', '.join(problems)} (see the lines above)")
+            return
+        self._probe_passed = True
+        self._announce_online()
+
+    def _announce_online(self) -> None:
+        """Publish our state, then ``online``."""
         steps: tuple[Callable[[], None], ...] = (
             self._publish_info, self._publish_discovery, self._publish_camera_states,
             lambda: self.bridge.publish_busy(self.metrics.busy), self.bridge.publish_health)
@@ -222,9 +278,13 @@ class Service:
             except Exception:
                 log.exception("publishing state on connect failed")
         info = self.link.publish(self.topics.state, b"online", qos=1, retain=True)
-        self.replier.after_confirmed([info], self._online.set)
+        self.replier.after_confirmed([info], self._went_online)
         log.info("online as %s (requests on %s)", self.node_id,
                  self.topics.request("describe"))
+
+    def _went_online(self) -> None:
+        self._online.set()
+        self._settled.set()
 
     def _publish_info(self) -> None:
         self.bridge.publish_info(info_payload(self.config, self.engine, self.topics))
@@ -299,7 +359,7 @@ def serve_main(config: Config) -> int:
     except Exception as exc:
         log.error("cannot start: %s", exc, exc_info=log.isEnabledFor(logging.DEBUG))
         return 1
-    stop = threading.Event()
+    stop = service.shutdown_requested
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         log.info("received %s", signal.Signals(signum).name)
@@ -315,6 +375,11 @@ def serve_main(config: Config) -> int:
             if usec > 0 and service.healthy():
                 sd_notify("WATCHDOG=1")
         sd_notify("STOPPING=1")
+        if service.startup_failure is not None:
+            service.stop("cannot start")
+            log.error("exiting with status %d: the MQTT broker refused the daemon (the "
+                      "reason is logged above); fix it and start again", EX_CONFIG)
+            return EX_CONFIG
         service.stop("signal")
         return 0
     finally:

@@ -90,10 +90,11 @@ static int require_positive(loader *L, const char *what, int64_t v, int64_t max)
 static edgevlm_status load_text(edgevlm_model *m, char *err, size_t err_len) {
     loader L = {&m->text, "model", err, err_len};
     edgevlm_model_info *in = &m->info;
-    gguf_str arch;
+    gguf_str arch = {NULL, 0};  /* stays NULL when the key is absent or not a string */
     if (!gguf_get_str(&m->text, "general.architecture", &arch) || !gguf_str_eq(arch, "qwen3vl")) {
         ev_errf(err, err_len, "model file: general.architecture is %s%.*s%s, edgevlm runs "
-                "\"qwen3vl\" text models", arch.ptr ? "\"" : "(missing", arch.ptr ? (int)arch.len : 0,
+                "\"qwen3vl\" text models", arch.ptr ? "\"" : "(missing",
+                arch.ptr ? (int)(arch.len < 64 ? arch.len : 64) : 0,
                 arch.ptr ? arch.ptr : "", arch.ptr ? "\"" : ")");
         return arch.ptr ? EDGEVLM_ERR_UNSUPPORTED : EDGEVLM_ERR_FORMAT;
     }

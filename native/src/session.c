@@ -203,7 +203,7 @@ edgevlm_status edgevlm_prefill(edgevlm_session *s, const int32_t *tokens, int64_
         return ev_fail(s, EDGEVLM_ERR_ARGUMENT, "edgevlm_prefill: bad arguments (n_tokens %lld, "
                        "n_logits %lld, n_vision %lld, n_ds %d of %d)", (long long)n_tokens,
                        (long long)n_logits, (long long)n_vision, n_ds, in->n_deepstack);
-    if ((int64_t)s->n_past + n_tokens > s->params.n_ctx)
+    if (n_tokens > (int64_t)s->params.n_ctx - s->n_past)  /* n_past + n_tokens may overflow */
         return ev_fail(s, EDGEVLM_ERR_CONTEXT_FULL, "%lld tokens do not fit: %d in the cache, "
                        "capacity %d", (long long)n_tokens, s->n_past, s->params.n_ctx);
     const int64_t first_logit = n_tokens - n_logits, vocab = in->n_vocab;

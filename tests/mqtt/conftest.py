@@ -15,6 +15,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,6 +29,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from edgevlm.config import Config, validate_config
+from edgevlm.service import TEST_DELAY_ENV
 
 WAIT_S = 20.0  # generous: the machine is shared with a CPU-heavy job
 
@@ -362,3 +364,39 @@ def make_service(make_config: Callable[..., Config], demo_engine: Any
     yield make
     for service in reversed(services):
         service.stop("test teardown")
+
+
+class Daemon:
+    """``edgevlm serve`` in a child process (``delay_ms``: the test-only worker delay)."""
+
+    def __init__(self, config: Path, log: Path, delay_ms: int = 0,
+                 env: dict[str, str] | None = None) -> None:
+        base = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET",
+                                                                  "WATCHDOG_USEC")}
+        env = {**base, TEST_DELAY_ENV: str(delay_ms), **(env or {})}
+        self.log = log
+        self._log_file = log.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "edgevlm", "serve", "-c", str(config), "--log-level", "info"],
+            env=env, stdout=self._log_file, stderr=subprocess.STDOUT)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=WAIT_S)
+
+    def terminate(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=WAIT_S * 2)
+        finally:
+            self._log_file.close()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=WAIT_S)
+        self._log_file.close()

@@ -7,11 +7,7 @@ turns "mid-request" into a window of known length instead of a race.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +18,7 @@ import yaml
 
 from edgevlm.service import TEST_DELAY_ENV
 from tests.helpers import text, user_request
-from tests.mqtt.conftest import WAIT_S, v5_properties, wait_until
+from tests.mqtt.conftest import WAIT_S, Daemon, v5_properties, wait_until
 
 BASE = "edgevlm/node1"
 REPLY = "edgevlm/clients/faults/reply"
@@ -136,38 +132,6 @@ def test_answer_finished_while_the_broker_is_down_is_sent_after_reconnect(
 
 
 # --------------------------------------------------------------------------- subprocess daemon
-
-class Daemon:
-    """``edgevlm serve`` in a child process."""
-
-    def __init__(self, config: Path, log: Path, delay_ms: int = 0,
-                 env: dict[str, str] | None = None) -> None:
-        base = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET",
-                                                                  "WATCHDOG_USEC")}
-        env = {**base, TEST_DELAY_ENV: str(delay_ms), **(env or {})}
-        self.log = log
-        self._log_file = log.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "edgevlm", "serve", "-c", str(config), "--log-level", "info"],
-            env=env, stdout=self._log_file, stderr=subprocess.STDOUT)
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=WAIT_S)
-
-    def terminate(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=WAIT_S * 2)
-        finally:
-            self._log_file.close()
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=WAIT_S)
-        self._log_file.close()
-
 
 @pytest.fixture
 def daemon_config(broker, tmp_path: Path) -> Path:

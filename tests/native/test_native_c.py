@@ -48,12 +48,12 @@ def test_c_unit_tests_are_clean_under_asan_and_ubsan(tmp_path: Path) -> None:
     assert all(failed == 0 for _, _, failed in summaries(output))
 
 
-def test_gguf_reader_survives_a_short_fuzz_run() -> None:
+def test_gguf_reader_and_c_api_survive_a_short_fuzz_run() -> None:
     proc = subprocess.run(["bash", str(ROOT / "tests" / "fuzz" / "run_short.sh")],
                           capture_output=True, text=True, timeout=600,
                           env={**os.environ, "FUZZ_SECONDS": "15"})
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    assert "fuzz: 1 passed, 0 failed" in proc.stdout
+    assert "fuzz: 2 passed, 0 failed" in proc.stdout
 
 
 def test_c_unit_tests_pass_on_aarch64_under_qemu(tmp_path: Path) -> None:

@@ -28,9 +28,9 @@ from ..limits import MMLimits
 from ..preflight import PreflightContext
 from ..prepare import ModelFacts, PreparedMedia, prepare_media
 from ..protocol import Request, parse_request
-from ..vision.decode import MediaPolicy, decode_image
+from ..vision.decode import MediaPolicy, decode_for_resize
 from ..vision.preprocess import PixelInput, preprocess_image
-from ..vision.sizing import pixel_bounds
+from ..vision.sizing import pixel_bounds, resize_rule
 from .model import (
     ModelFiles,
     NativeModel,
@@ -178,12 +178,14 @@ class Engine:
     def encode_image(self, image: Image.Image | bytes | str | Path,
                      max_pixels: int | None = None) -> VisionFeatures:
         """Vision rows + DeepStack rows + grid of one image (for the cache or vision_tokens)."""
+        lo, hi = pixel_bounds(self.family, max_pixels or self.max_pixels, None, None)
+        size = None  # the full picture's size when a JPEG was decoded reduced
         if not isinstance(image, Image.Image):
             data = image if isinstance(image, bytes) else Path(image).read_bytes()
-            image = decode_image(data, MediaPolicy())
-        lo, hi = pixel_bounds(self.family, max_pixels or self.max_pixels, None, None)
+            image, size = decode_for_resize(data, MediaPolicy(),
+                                            resize_rule(self.family.factor, lo, hi))
         pixels = preprocess_image(image.convert("RGB"), self.family, lo, hi,
-                                  self.facts.image_mean, self.facts.image_std)
+                                  self.facts.image_mean, self.facts.image_std, source_size=size)
         return self.encode_pixels(pixels)
 
     # ------------------------------------------------------------------ generation

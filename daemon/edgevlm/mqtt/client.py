@@ -13,7 +13,10 @@
 - outgoing sizes checked against the broker's Maximum Packet Size (v5 CONNACK; 2,000,000 bytes
   when unknown on 3.1.1) — paho itself would send and be disconnected in a loop;
 - callbacks that never raise (an exception there silently kills paho's network thread), and a
-  watchdog that exits the process if that thread dies anyway, for systemd to restart us.
+  watchdog that exits the process if that thread dies anyway, for systemd to restart us;
+- a failed connection explained in one log line that names what to change
+  (:mod:`.connect_errors`), and the reason codes of refused subscriptions and publishes kept
+  for the start-up ACL probe (:mod:`.probe`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from paho.mqtt.properties import Properties
 
 from ..config import MQTTConfig
 from . import fast_properties
+from .connect_errors import ConnectDiagnosis, ConnectFailure
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +163,8 @@ class MqttLink:
     def __init__(self, settings: LinkSettings, *, on_message: Callable[[Incoming], None],
                  on_ready: Callable[[bool], None],
                  on_connection: Callable[[bool], None] | None = None,
-                 exit_process: Callable[[int], Any] = os._exit) -> None:
+                 exit_process: Callable[[int], Any] = os._exit,
+                 on_failure: Callable[[ConnectFailure], None] | None = None) -> None:
         self.settings = settings
         self._on_message_cb = on_message
         self._on_ready_cb = on_ready
@@ -179,6 +184,9 @@ class MqttLink:
                                 else DEFAULT_MAX_PACKET)
         self._watchdog: threading.Thread | None = None
         fast_properties.install()  # paho's decoder: same properties, a fraction of the cost
+        self.diagnosis = ConnectDiagnosis(settings, on_failure)  # why connecting fails
+        self.refused_subscriptions: list[tuple[str, str]] = []  # (filter, reason), last SUBACK
+        self.on_publish_refused: Callable[[int, Any], None] | None = None  # (mid, reason)
         self._client = self._make_client()
 
     # ------------------------------------------------------------------ setup
@@ -211,6 +219,7 @@ class MqttLink:
         client.on_message = self._on_message
         client.on_publish = self._on_publish
         client.enable_logger(logging.getLogger("edgevlm.mqtt.paho"))
+        self.diagnosis.install(client)
         return client
 
     def set_subscriptions(self, filters: list[str]) -> None:
@@ -329,8 +338,9 @@ class MqttLink:
     def _on_connect(self, client: paho.Client, userdata: Any, flags: Any, reason: Any,
                     properties: Any) -> None:
         if getattr(reason, "is_failure", False):
-            log.error("the broker refused the connection: %s", reason)
+            self.diagnosis.refused(reason)
             return
+        self.diagnosis.connected()
         limit = getattr(properties, "MaximumPacketSize", None) if properties else None
         self.max_packet_size = int(limit) if limit else (
             PROTOCOL_MAX_PACKET if self.settings.protocol5 else DEFAULT_MAX_PACKET)
@@ -361,10 +371,14 @@ class MqttLink:
             return
         with self._lock:
             filters = list(self._filters)
-        for topic, reason in zip(filters, reasons or [], strict=False):
+        self.refused_subscriptions = [
+            (topic, str(reason)) for topic, reason in zip(filters, reasons or [], strict=False)
             if getattr(reason, "is_failure", False) or (isinstance(reason, int)
-                                                         and reason >= 0x80):
-                log.error("the broker refused the subscription to %s: %s", topic, reason)
+                                                         and reason >= 0x80)]
+        for topic, reason in self.refused_subscriptions:
+            log.error("the broker refused the subscription to %s: %s (its ACL must let this "
+                      "user read it: `topic read %s` in Mosquitto's acl_file)", topic, reason,
+                      topic)
         self._ready = True
         self._on_ready_cb(self._session_present)
 
@@ -372,9 +386,11 @@ class MqttLink:
     def _on_disconnect(self, client: paho.Client, userdata: Any, flags: Any, reason: Any,
                        properties: Any) -> None:
         was = self._connected
+        if not self._stopping.is_set():
+            self.diagnosis.disconnected()
         self._connected = False
         self._ready = False
-        if not self._stopping.is_set():
+        if was and not self._stopping.is_set():  # a failed attempt: the diagnosis said why
             log.warning("disconnected from the broker (%s); reconnecting", reason)
         if was and self._on_connection_cb is not None:
             self._on_connection_cb(False)
@@ -382,6 +398,9 @@ class MqttLink:
     @never_raises
     def _on_publish(self, client: paho.Client, userdata: Any, mid: int, reason: Any,
                     properties: Any) -> None:
+        refused = self.on_publish_refused
+        if refused is not None and getattr(reason, "is_failure", False):
+            refused(mid, reason)
         callback = self._on_published_cb
         if callback is not None:
             callback(mid)

@@ -4,7 +4,11 @@ QoS 1 is at-least-once: after a crash or a reconnect the broker redelivers reque
 not acknowledged, and clients retry. Each request key is *running* (queued or on the worker)
 or *done* (its answer remembered for ``window_s``, at most ``max_entries``). A second arrival
 of a running request is attached to it and answered when it finishes; a second arrival of a
-done request is answered from memory.
+done request is answered from memory, except a broker *redelivery* (DUP flag) on a route the
+answer was already published to (by this process): paho sends that answer itself (it keeps
+QoS 1 messages until the broker confirms them, across reconnects), so a second copy would only
+be a duplicate (after a connection reset, every request answered while the connection was
+down is redelivered).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from .replies import Ack, Route
 
 @dataclass(frozen=True)
 class Claim:
-    kind: Literal["new", "running", "done"]
+    kind: Literal["new", "running", "done", "sent"]
     response: Response | None = None   # for "done"
 
 
@@ -32,6 +36,13 @@ class Attached:
 
     routes: list[Route] = field(default_factory=list)
     acks: list[Ack] = field(default_factory=list)
+
+
+@dataclass
+class _Done:
+    response: Response
+    expires: float
+    sent: set[Route] = field(default_factory=set)   # routes the answer was published to
 
 
 @dataclass
@@ -50,19 +61,23 @@ class DedupeMemory:
         self._clock = clock
         self._lock = threading.Lock()
         self._running: dict[str, _Running] = {}
-        self._done: OrderedDict[str, tuple[Response, float]] = OrderedDict()
+        self._done: OrderedDict[str, _Done] = OrderedDict()
 
     def claim(self, key: str, route: Route, ack: Ack | None, redelivered: bool = False
               ) -> Claim:
-        """Register an arrival of ``key``: new work, attached to running work, or answered.
+        """Register an arrival of ``key``: new work, attached to running work, answered
+        (``done``: answer it from memory), or ``sent``: a redelivered copy (MQTT DUP flag)
+        whose answer was already published to its route (acknowledge it, do not answer).
 
-        A redelivered copy (MQTT DUP flag) of a running request with the same route is only
-        acknowledged later, not answered a second time."""
+        A redelivered copy of a running request with the same route is only acknowledged
+        later, not answered a second time."""
         with self._lock:
             self._prune()
             done = self._done.get(key)
             if done is not None:
-                return Claim("done", done[0])
+                if redelivered and route in done.sent:
+                    return Claim("sent")
+                return Claim("done", done.response)
             running = self._running.get(key)
             if running is None:
                 self._running[key] = _Running(route)
@@ -79,10 +94,17 @@ class DedupeMemory:
         with self._lock:
             running = self._running.pop(key, None)
             if remember and self.window_s > 0 and self.max_entries > 0:
-                self._done[key] = (response, self._clock() + self.window_s)
+                self._done[key] = _Done(response, self._clock() + self.window_s)
                 self._done.move_to_end(key)
                 self._prune()
             return running.attached if running is not None else Attached()
+
+    def mark_sent(self, key: str, routes: list[Route]) -> None:
+        """The remembered answer of ``key`` was handed to paho for ``routes``."""
+        with self._lock:
+            done = self._done.get(key)
+            if done is not None:
+                done.sent.update(routes)
 
     def forget(self, key: str) -> Attached:
         """Drop a running key without remembering an answer (e.g. the work was refused)."""
@@ -97,7 +119,7 @@ class DedupeMemory:
     def _prune(self) -> None:
         now = self._clock()
         while self._done:
-            key, (_, expires) = next(iter(self._done.items()))
-            if expires > now and len(self._done) <= self.max_entries:
+            key, done = next(iter(self._done.items()))
+            if done.expires > now and len(self._done) <= self.max_entries:
                 break
             del self._done[key]

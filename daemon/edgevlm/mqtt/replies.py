@@ -193,6 +193,11 @@ class Replier:
         """Call ``callback`` (on the ack thread) once the broker confirmed ``infos``."""
         self._pending.put(_Pending(list(infos), [], callback))
 
+    def ack_after_earlier_answers(self, acks: Sequence[Ack]) -> None:
+        """Acknowledge ``acks`` once every answer published before from the worker is
+        confirmed (the ack thread settles in order)."""
+        self._pending.put(_Pending([], list(acks), None))
+
     def chunk(self, routes: Sequence[Route], chunk: StreamChunk) -> None:
         """A streamed partial answer: QoS 1 (ordered before the final answer), not tracked."""
         payload = chunk.model_dump_json(exclude_none=True).encode()

@@ -115,6 +115,12 @@ class RequestHandler:
             log.info("request %s answered again from memory", request.id)
             self.replier.answer([route], claim.response, [ack])
             return
+        if claim.kind == "sent":  # redelivered after a reconnect; paho sends the answer
+            self.metrics.deduplicated()
+            log.info("request %s was redelivered; its answer is already on its way",
+                     request.id)
+            self.replier.ack_after_earlier_answers([ack])
+            return
         if claim.kind == "running":
             self.metrics.deduplicated()
             log.info("request %s is already being worked on; it will be answered then",

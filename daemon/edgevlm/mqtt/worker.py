@@ -200,6 +200,8 @@ class Worker:
         routes = [job.route, *(attached.routes if attached else [])]
         acks = [*job.acks, *(attached.acks if attached else [])]
         self.replier.answer(routes, response, acks)
+        if job.key is not None:  # from now on a redelivered copy needs no second answer
+            self.dedupe.mark_sent(job.key, routes)
 
     # ------------------------------------------------------------------ cameras
 

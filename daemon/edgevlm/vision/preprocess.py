@@ -167,14 +167,17 @@ def _planes(image: Image.Image, height: int, width: int) -> ByteArray:
 def preprocess_image(image: Image.Image, family: Family, min_pixels: int | None = None,
                      max_pixels: int | None = None,
                      mean: Sequence[float] = IMAGE_MEAN_DEFAULT,
-                     std: Sequence[float] = IMAGE_STD_DEFAULT) -> PixelInput:
+                     std: Sequence[float] = IMAGE_STD_DEFAULT,
+                     source_size: tuple[int, int] | None = None) -> PixelInput:
     """One image to ``pixel_values`` ``[gh*gw, C*T*P*P]`` and grid ``(1, gh, gw)``.
 
-    ``None`` bounds mean the family's image defaults.
+    ``None`` bounds mean the family's image defaults. ``source_size``: the (width, height)
+    the resize rule is applied to, when ``image`` was decoded reduced (a JPEG decoded at a
+    DCT scale); ``image.size`` otherwise.
     """
     lo = family.min_pixels if min_pixels is None else min_pixels
     hi = family.max_pixels if max_pixels is None else max_pixels
-    width, height = image.size
+    width, height = source_size or image.size
     resized_h, resized_w = smart_resize(height, width, family.factor, lo, hi)
     planes = _planes(_to_rgb(image), resized_h, resized_w)
     return _patchify(planes[None], family, mean, std)

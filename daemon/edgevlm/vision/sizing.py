@@ -9,6 +9,7 @@ and §6): ``smart_resize`` of ``image_processing_pil_qwen2_vl.py`` for images an
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import UnsupportedMedia
@@ -104,6 +105,16 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int,
         h_bar = math.ceil(height * beta / factor) * factor
         w_bar = math.ceil(width * beta / factor) * factor
     return h_bar, w_bar
+
+
+def resize_rule(factor: int, min_pixels: int, max_pixels: int
+                ) -> Callable[[int, int], tuple[int, int]]:
+    """``(width, height) -> (resized width, resized height)`` by :func:`smart_resize` (what
+    :func:`~edgevlm.vision.decode.decode_for_resize` wants to know before decoding)."""
+    def rule(width: int, height: int) -> tuple[int, int]:
+        resized_h, resized_w = smart_resize(height, width, factor, min_pixels, max_pixels)
+        return resized_w, resized_h
+    return rule
 
 
 def video_smart_resize(num_frames: int, height: int, width: int, temporal_factor: int,

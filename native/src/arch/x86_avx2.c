@@ -10,6 +10,8 @@
 
 #include "x86_avx2.h"
 
+#include <cpuid.h>
+
 /* ---- float weights against float32 activations ----------------------------------------- */
 
 #define FLOAT_VEC_DOT(NAME, WTYPE, LOAD8, TO_F32)                                        \
@@ -171,10 +173,16 @@ static const ev_kernels AVX2 = {
     },
 };
 
+/* F16C from CPUID leaf 1 (ECX bit 29): clang before 15 has no __builtin_cpu_supports("f16c"),
+ * and the libFuzzer harness of the C API (tests/fuzz/fuzz_api.c) is built with clang. */
+static int has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
 const ev_kernels *ev_kernels_x86_avx2(void) {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c())
         return &AVX2;
     return NULL;
 }
