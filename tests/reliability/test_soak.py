@@ -1,5 +1,8 @@
 """Soak: the daemon's capacity with ~100 KB frames, then 1x, 1.5x and 2x that rate with faults.
 
+Capacity: the closed-loop throughput (two requests always in the daemon), of which 90 % is
+the rate the board sustains, 1x (``SUSTAINED``).
+
 One daemon (``edgevlm serve`` in a child process, the demo model) and one real Mosquitto with
 persistence serve all three rates in a row: 60 s each in CI, 10 min each with
 ``EDGEVLM_LONG=1``. Requests are paced on a fixed schedule (request k leaves at
@@ -43,6 +46,12 @@ from tests.reliability.profile import LONG
 
 PHASE_S = 600.0 if LONG else 60.0
 CAPACITY_S = 30.0 if LONG else 10.0
+# The board's capacity (1x) is the rate it sustains: 90 % of its closed-loop throughput. At
+# 100 % arrivals and completions are equal on average, so every slowdown (a noisy neighbour,
+# a GC pause) leaves a queue that never drains: over 10 minutes it random-walks to hundreds
+# of milliseconds whatever the daemon does. 1.5x and 2x are still 1.35x and 1.8x the
+# throughput, well above what the board can do.
+SUSTAINED = 0.9
 RATES = (("1x", 1.0), ("1.5x", 1.5), ("2x", 2.0))
 SHORT_EXPIRY_S = 3     # 1 request in 5: lost to the documented expiry rule if held in a fault
 LONG_EXPIRY_S = 30
@@ -206,8 +215,10 @@ def test_soak_at_1x_1_5x_2x_capacity_with_faults(broker, soak_daemon, frames):
     sampler.start()
     report: dict[str, Any] = {"long": LONG, "phase_s": PHASE_S}
     try:
-        cap, model_ms = capacity(soak)
-        report.update(capacity_rps=round(cap, 2), model_ms_p50=round(model_ms, 1))
+        throughput, model_ms = capacity(soak)
+        cap = SUSTAINED * throughput
+        report.update(throughput_rps=round(throughput, 2), capacity_rps=round(cap, 2),
+                      model_ms_p50=round(model_ms, 1))
         warm = time.monotonic() + 10.0  # RSS baseline: 10 s into the 1x phase
         first_pid = soak.daemon.pid
         recoveries: dict[str, float] = {}

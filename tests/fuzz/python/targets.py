@@ -12,6 +12,7 @@ import base64
 import binascii
 import json
 import logging
+import os
 import re
 import tempfile
 from collections.abc import Callable
@@ -119,7 +120,10 @@ _OTHER_PROBLEMS = ("not valid YAML", "not UTF-8 text", "the file must be a mappi
 @cache
 def _config_dir() -> Path:
     """A directory with a secrets.yaml beside the config file the target writes."""
-    path = Path(tempfile.mkdtemp(prefix="edgevlm-fuzz-config-"))
+    # In memory where there is a tmpfs: rewriting a file on ext4 costs ~0.5 ms, half of what
+    # the whole load_config takes, on /dev/shm ~0.06 ms.
+    shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+    path = Path(tempfile.mkdtemp(prefix="edgevlm-fuzz-config-", dir=shm))
     (path / "secrets.yaml").write_text("mqtt_password: s3cret\nport: '1884'\n",
                                        encoding="utf-8")
     return path
