@@ -30,7 +30,12 @@ from .protocol import (
     media_bytes,
 )
 from .vision.decode import decode_for_resize, decode_image
-from .vision.preprocess import PixelInput, preprocess_image, preprocess_video
+from .vision.preprocess import (
+    PixelInput,
+    image_planes,
+    planes_to_pixels,
+    preprocess_video,
+)
 from .vision.sizing import group_timestamps, resize_rule
 from .vision_tokens import decode_vision_tokens
 
@@ -95,8 +100,9 @@ def _prepare_part(path: str, part: object, request: Request, ctx: PreflightConte
         # a big JPEG is decoded reduced, straight to a size that covers the resize target
         image, size = decode_for_resize(data, ctx.media,
                                         resize_rule(ctx.family.factor, lo, hi))
-        pixels = preprocess_image(image, ctx.family, lo, hi, model.image_mean, model.image_std,
-                                  source_size=size)
+        planes = image_planes(image, ctx.family, lo, hi, source_size=size)
+        del image  # before the float32 patches are allocated: the two peaks must not add up
+        pixels = planes_to_pixels(planes, ctx.family, model.image_mean, model.image_std)
         return PreparedMedia(path, "image", key, None, pixels, size)
     if isinstance(part, VideoFramesPart):
         frames_data = [media_bytes(frame) for frame in part.video_frames]

@@ -32,6 +32,7 @@ from .cache import VisionCache
 from .config import Config
 from .engine import Engine
 from .errors import WireError
+from .memory import reuse_image_buffers
 from .metrics import Metrics
 from .models import demo_model_dir
 from .mqtt.bridge import Bridge, info_payload
@@ -354,6 +355,7 @@ class Service:
 
 def serve_main(config: Config) -> int:
     """Run the daemon until SIGTERM/SIGINT; systemd notifications when under systemd."""
+    reuse_image_buffers()
     try:
         service = Service(config)
     except Exception as exc:

@@ -29,7 +29,7 @@ from ..preflight import PreflightContext
 from ..prepare import ModelFacts, PreparedMedia, prepare_media
 from ..protocol import Request, parse_request
 from ..vision.decode import MediaPolicy, decode_for_resize
-from ..vision.preprocess import PixelInput, preprocess_image
+from ..vision.preprocess import PixelInput, image_planes, planes_to_pixels
 from ..vision.sizing import pixel_bounds, resize_rule
 from .model import (
     ModelFiles,
@@ -184,9 +184,10 @@ class Engine:
             data = image if isinstance(image, bytes) else Path(image).read_bytes()
             image, size = decode_for_resize(data, MediaPolicy(),
                                             resize_rule(self.family.factor, lo, hi))
-        pixels = preprocess_image(image.convert("RGB"), self.family, lo, hi,
-                                  self.facts.image_mean, self.facts.image_std, source_size=size)
-        return self.encode_pixels(pixels)
+        planes = image_planes(image.convert("RGB"), self.family, lo, hi, source_size=size)
+        del image  # the float32 patches below are 8x the planes: do not hold both pictures
+        return self.encode_pixels(planes_to_pixels(planes, self.family, self.facts.image_mean,
+                                                   self.facts.image_std))
 
     # ------------------------------------------------------------------ generation
 

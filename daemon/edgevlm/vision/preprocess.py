@@ -164,6 +164,28 @@ def _planes(image: Image.Image, height: int, width: int) -> ByteArray:
     return np.stack([np.asarray(band, dtype=np.uint8) for band in image.split()])
 
 
+def image_planes(image: Image.Image, family: Family, min_pixels: int | None = None,
+                 max_pixels: int | None = None,
+                 source_size: tuple[int, int] | None = None) -> ByteArray:
+    """First half of :func:`preprocess_image`: the resized uint8 RGB planes ``[C, H, W]``.
+
+    A caller that owns ``image`` drops it before :func:`planes_to_pixels`, whose float32
+    patches are 8x the planes' bytes (two temporal copies of four bytes): then the decode's
+    and the patches' memory peaks do not add up (a 1920x1080 frame: ~55 MB -> ~40 MB)."""
+    lo = family.min_pixels if min_pixels is None else min_pixels
+    hi = family.max_pixels if max_pixels is None else max_pixels
+    width, height = source_size or image.size
+    resized_h, resized_w = smart_resize(height, width, family.factor, lo, hi)
+    return _planes(_to_rgb(image), resized_h, resized_w)
+
+
+def planes_to_pixels(planes: ByteArray, family: Family,
+                     mean: Sequence[float] = IMAGE_MEAN_DEFAULT,
+                     std: Sequence[float] = IMAGE_STD_DEFAULT) -> PixelInput:
+    """Second half of :func:`preprocess_image`: normalised, merge-block-ordered patches."""
+    return _patchify(planes[None], family, mean, std)
+
+
 def preprocess_image(image: Image.Image, family: Family, min_pixels: int | None = None,
                      max_pixels: int | None = None,
                      mean: Sequence[float] = IMAGE_MEAN_DEFAULT,
@@ -175,12 +197,8 @@ def preprocess_image(image: Image.Image, family: Family, min_pixels: int | None 
     the resize rule is applied to, when ``image`` was decoded reduced (a JPEG decoded at a
     DCT scale); ``image.size`` otherwise.
     """
-    lo = family.min_pixels if min_pixels is None else min_pixels
-    hi = family.max_pixels if max_pixels is None else max_pixels
-    width, height = source_size or image.size
-    resized_h, resized_w = smart_resize(height, width, family.factor, lo, hi)
-    planes = _planes(_to_rgb(image), resized_h, resized_w)
-    return _patchify(planes[None], family, mean, std)
+    planes = image_planes(image, family, min_pixels, max_pixels, source_size)
+    return planes_to_pixels(planes, family, mean, std)
 
 
 def preprocess_video(frames: Sequence[Image.Image], family: Family,
