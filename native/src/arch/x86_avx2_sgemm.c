@@ -66,17 +66,47 @@ EV_AVX2_INLINE void dq_row(const int type, const uint8_t *row, int64_t k0, int k
     }
 }
 
-/* Rows r..r+R-1 (R <= 16; the rest zeros), columns [k0, k0 + kc) into one panel [k][16]. */
+/* In-register transpose of 8 x 8 floats: r[j] becomes column j (r[0][j], ..., r[7][j]). */
+EV_AVX2_INLINE void pk_transpose8(__m256 r[8]) {
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+    r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+    r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+    r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+    r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+    r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+    r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/* Rows r..r+R-1 (R <= 16; the rest zeros), columns [k0, k0 + kc) into one panel [k][16].
+ * Each half of the panel (8 rows) is dequantised row by row into tmp [8][kc], then written
+ * 8 columns at a time through an 8 x 8 transpose: 8 vector stores of 8 rows' values instead
+ * of 64 scalar stores 64 bytes apart (the scalar scatter was ~16 % of a prefill). */
 EV_AVX2_INLINE void pk_pack(float *panel, const ev_gemm_args *a, const int type, int64_t r, int R,
                             int64_t k0, int kc) {
-    _Alignas(32) float tmp[PK_KC];
-    for (int i = 0; i < PK_NR; i++) {
-        if (i < R) {
-            dq_row(type, a->w + (r + i) * a->w_stride, k0, kc, tmp);
-            for (int k = 0; k < kc; k++) panel[k * PK_NR + i] = tmp[k];
-        } else {
-            for (int k = 0; k < kc; k++) panel[k * PK_NR + i] = 0.0f;
+    _Alignas(32) float tmp[8][PK_KC];   /* 8 KiB */
+    for (int h = 0; h < PK_NR; h += 8) {
+        for (int i = 0; i < 8; i++) {
+            if (h + i < R) dq_row(type, a->w + (r + h + i) * a->w_stride, k0, kc, tmp[i]);
+            else memset(tmp[i], 0, sizeof(float) * (size_t)kc);
         }
+        int k = 0;
+        for (; k + 8 <= kc; k += 8) {
+            __m256 v[8];
+            for (int i = 0; i < 8; i++) v[i] = _mm256_load_ps(tmp[i] + k);
+            pk_transpose8(v);
+            for (int j = 0; j < 8; j++) _mm256_storeu_ps(panel + (k + j) * PK_NR + h, v[j]);
+        }
+        for (; k < kc; k++)
+            for (int i = 0; i < 8; i++) panel[k * PK_NR + h + i] = tmp[i][k];
     }
 }
 
