@@ -186,7 +186,8 @@ void ev_gemm_dq_run(const ev_gemm_args *a, int64_t r0, int64_t r1, const ev_gemm
                 ops->pack_w(wp + (r - jc) * kc, a, r, (int)(jc1 - r < NR ? jc1 - r : NR), k0, kc);
             for (int64_t t0 = 0; t0 < a->n_tok; t0 += MC) {
                 const int64_t t1 = t0 + MC < a->n_tok ? t0 + MC : a->n_tok;
-                pack_tokens(xp, a, t0, t1, k0, kc);
+                if (ops->pack_x) ops->pack_x(xp, a, t0, t1, k0, kc);
+                else pack_tokens(xp, a, t0, t1, k0, kc);
                 for (int64_t r = jc; r < jc1; r += NR) {
                     const int R = (int)(jc1 - r < NR ? jc1 - r : NR);
                     const float *bias = a->bias ? a->bias + r : NULL;

@@ -55,11 +55,14 @@ typedef struct ev_gemm_args {
  *  pack_w: rows r..r+R-1 (R <= 16, the rest zeros), columns [k0, k0 + kc) of a->w as one
  *          panel laid out [k][16] (32-byte aligned);
  *  tile[M]: M tokens (1..6, micro-tile laid out [k][6]) x the panel's 16 rows over kc
- *          columns into y (rows ldy apart, R valid columns); first: y = bias + sum, else +=. */
+ *          columns into y (rows ldy apart, R valid columns); first: y = bias + sum, else +=;
+ *  pack_x: optional (NULL: the portable loop): tokens [t0, t1), columns [k0, k0 + kc) of the
+ *          float activations as micro-tiles [tile][k][6], the last tile zero-padded. */
 typedef struct ev_gemm_dq_ops {
     void (*pack_w)(float *panel, const ev_gemm_args *a, int64_t r, int R, int64_t k0, int kc);
     void (*tile[EV_GEMM_MR + 1])(const float *x, const float *panel, int kc, float *y,
                                  int64_t ldy, int R, int first, const float *bias);
+    void (*pack_x)(float *xp, const ev_gemm_args *a, int64_t t0, int64_t t1, int64_t k0, int kc);
 } ev_gemm_dq_ops;
 
 /* The BLIS loop nest of gemm_dq for rows [r0, r1), packing into a->pack. */

@@ -200,10 +200,12 @@ static int check_sgemm(const ev_kernels *k, int64_t m, int64_t n, int64_t kk, in
 }
 
 static void test_vit_kernels(const ev_kernels *k) {
-    /* shapes: tile edges in every direction (4-row blocks, 16/8/masked columns), strides */
+    /* shapes: tile edges in every direction (6-, 4- and 1-row blocks, 16/8/masked columns),
+     * strides */
     static const int64_t shapes[][6] = {
         {64, 784, 64, 3 * 64, 784, 784}, {64, 64, 784, 784, 64, 192}, {1, 1, 1, 1, 1, 1},
         {5, 23, 7, 9, 31, 25}, {7, 16, 3, 3, 16, 16}, {3, 8, 40, 40, 8, 11}, {9, 41, 17, 20, 41, 48},
+        {6, 33, 12, 12, 40, 33}, {11, 24, 5, 7, 24, 30}, {10, 16, 64, 64, 16, 16},
     };
     int bad = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
@@ -308,7 +310,7 @@ static void test_matmul_against_double_reference(void) {
     const int n_sets = 1 + simd_sets(sets + 1);
     ev_pool *pools[2] = {ev_pool_new(1), ev_pool_new(3)};
     CHECK(pools[0] && pools[1]);
-    const int64_t toks[] = {1, 3, 17, 64, 101};
+    const int64_t toks[] = {1, 3, 17, 64, 101, 250};   /* 250: two token blocks (EV_GEMM_MC) */
     const struct { int64_t n_out, n_in; } shapes[] = {
         {1, 32}, {5, 64}, {37, 96}, {64, 256}, {130, 2112}, {20, 6144},
         {1100, 288}};   /* more rows than EV_GEMM_NC on one thread, a K tail of 32 */
@@ -316,7 +318,7 @@ static void test_matmul_against_double_reference(void) {
         for (int pi = 0; pi < 2; pi++) {
             for (int ti = 0; ti < 5; ti++) {
                 for (size_t hi = 0; hi < sizeof shapes / sizeof shapes[0]; hi++) {
-                    for (int ki = 0; ki < 5; ki++) {
+                    for (size_t ki = 0; ki < sizeof toks / sizeof toks[0]; ki++) {
                         int64_t n_tok = toks[ki];
                         if (shapes[hi].n_in * shapes[hi].n_out * n_tok > 4000000 && si == 0)
                             continue;   /* the scalar set is slow; big shapes run once below */

@@ -114,13 +114,48 @@ EV_AVX2_INLINE __m256i pk_mask(int n) {   /* lanes [0, n) */
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+/* Tokens [t0, t1) x columns [k0, k0 + kc) as micro-tiles [tile][k][6] (the last zero-padded):
+ * per 8 columns, the 6 token rows (and 2 zero rows) go through the 8 x 8 transpose and each
+ * column's 6 values are written with one 8-wide store, the next store overwriting the 2 extra
+ * lanes; the tile's last column is stored masked so nothing past the tile is touched. */
+EV_AVX2 static void pk_pack_x(float *xp, const ev_gemm_args *a, int64_t t0, int64_t t1,
+                              int64_t k0, int kc) {
+    _Static_assert(PK_MR == 6, "the transpose below fills lanes 6 and 7 with zeros");
+    const __m256i six = pk_mask(PK_MR);
+    for (int64_t t = t0; t < t1; t += PK_MR) {
+        float *tile = xp + (t - t0) / PK_MR * (int64_t)kc * PK_MR;
+        const float *rows[PK_MR];
+        const int M = (int)(t1 - t < PK_MR ? t1 - t : PK_MR);
+        for (int m = 0; m < PK_MR; m++)
+            rows[m] = m < M ? (const float *)(a->x + (t + m) * a->x_stride) + k0 : NULL;
+        int k = 0;
+        for (; k + 8 <= kc; k += 8) {
+            __m256 v[8];
+            for (int m = 0; m < PK_MR; m++)
+                v[m] = m < M ? _mm256_loadu_ps(rows[m] + k) : _mm256_setzero_ps();
+            v[6] = v[7] = _mm256_setzero_ps();
+            pk_transpose8(v);
+            for (int j = 0; j < 7; j++) _mm256_storeu_ps(tile + (k + j) * PK_MR, v[j]);
+            _mm256_maskstore_ps(tile + (k + 7) * PK_MR, six, v[7]);
+        }
+        for (; k < kc; k++)
+            for (int m = 0; m < PK_MR; m++) tile[k * PK_MR + m] = m < M ? rows[m][k] : 0.0f;
+    }
+}
+
 /* M tokens (<= 6) x the panel's 16 rows over kc columns; R valid rows; `first`: the first K
  * chunk (y = bias + sum), otherwise y += sum. */
 EV_AVX2_INLINE void pk_tile(const int M, const float *x, const float *pw, int kc, float *y,
                             int64_t ldy, int R, int first, const float *bias) {
     __m256 acc[PK_MR][2];
+    /* y is [n_tok][n_out] (megabytes, not in cache): ask for the tile's lines now so that
+     * the read-modify-write after the K loop does not stall on M misses in a row */
 #pragma GCC unroll 6
-    for (int m = 0; m < M; m++) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    for (int m = 0; m < M; m++) {
+        __builtin_prefetch(y + m * ldy, 1, 3);
+        __builtin_prefetch(y + m * ldy + R - 1, 1, 3);
+        acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+    }
     for (int k = 0; k < kc; k++) {
         const __m256 w0 = _mm256_load_ps(pw + k * PK_NR), w1 = _mm256_load_ps(pw + k * PK_NR + 8);
 #pragma GCC unroll 6
@@ -185,7 +220,8 @@ PK_TILE(6)
     }                                                                                       \
     EV_AVX2 void ev_avx2_gemm_dq_##SUFFIX(const ev_gemm_args *a, int64_t r0, int64_t r1) {  \
         static const ev_gemm_dq_ops ops = {pk_pack_##SUFFIX, {NULL, pk_tile_1, pk_tile_2,   \
-                                           pk_tile_3, pk_tile_4, pk_tile_5, pk_tile_6}};    \
+                                           pk_tile_3, pk_tile_4, pk_tile_5, pk_tile_6},     \
+                                           pk_pack_x};                                      \
         ev_gemm_dq_run(a, r0, r1, &ops);                                                    \
     }
 PK_PACK(f32, EV_TYPE_F32)

@@ -78,16 +78,19 @@ EV_AVX2 void ev_avx2_gelu_tanh_f32(float *x, int64_t n) {
     }
 }
 
-/* ---- sgemm: 4 rows x 16 columns per tile (8 accumulators), A broadcast, B rows streamed -- */
+/* ---- sgemm: 6 rows x 16 columns per tile (12 accumulators), A broadcast, B rows streamed --
+ * Column blocks outside, row blocks inside: the B slice of a column block (k rows of 16
+ * floats, ldb apart: Q.K^T reads 64 rows of K^T, 4 KiB) stays in L1 while every row block of
+ * A passes over it, instead of all of B streaming from L2 once per row block. */
 
-#define SG_MR 4
+#define SG_MR 6
 
 /* R rows x (8 V) columns of C over all of k; the last vector masked when `masked` (V == 1). */
 EV_AVX2_INLINE void sg_tile(const int R, const int V, const int masked, int64_t k, float alpha,
                             const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
                             int64_t ldc, __m256i mask) {
     __m256 acc[SG_MR][2];
-#pragma GCC unroll 4
+#pragma GCC unroll 6
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 2
         for (int j = 0; j < V; j++) acc[i][j] = _mm256_setzero_ps();
@@ -97,7 +100,7 @@ EV_AVX2_INLINE void sg_tile(const int R, const int V, const int masked, int64_t 
         for (int j = 0; j < V; j++)
             bv[j] = masked ? _mm256_maskload_ps(b + p * ldb + 8 * j, mask)
                            : _mm256_loadu_ps(b + p * ldb + 8 * j);
-#pragma GCC unroll 4
+#pragma GCC unroll 6
         for (int i = 0; i < R; i++) {
             const __m256 av = _mm256_broadcast_ss(a + i * lda + p);
 #pragma GCC unroll 2
@@ -105,7 +108,7 @@ EV_AVX2_INLINE void sg_tile(const int R, const int V, const int masked, int64_t 
         }
     }
     const __m256 al = _mm256_set1_ps(alpha);
-#pragma GCC unroll 4
+#pragma GCC unroll 6
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 2
         for (int j = 0; j < V; j++) {
@@ -121,6 +124,9 @@ EV_AVX2_INLINE void sg_tile(const int R, const int V, const int masked, int64_t 
         float *c, int64_t ldc, __m256i mask) {                                              \
         sg_tile(R, V, MASKED, k, alpha, a, lda, b, ldb, c, ldc, mask);                      \
     }
+SG_TILE(sg_6x16, 6, 2, 0)
+SG_TILE(sg_6x8, 6, 1, 0)
+SG_TILE(sg_6xm, 6, 1, 1)
 SG_TILE(sg_4x16, 4, 2, 0)
 SG_TILE(sg_4x8, 4, 1, 0)
 SG_TILE(sg_4xm, 4, 1, 1)
@@ -132,24 +138,27 @@ SG_TILE(sg_1xm, 1, 1, 1)
 typedef void (*sg_fn)(int64_t, float, const float *, int64_t, const float *, int64_t, float *,
                       int64_t, __m256i);
 
-/* one block of R rows (4 or 1) across all columns */
-EV_AVX2_INLINE void sg_rows(const sg_fn f16, const sg_fn f8, const sg_fn fm, int64_t n,
+/* one column block (16, 8 or masked < 8 columns) down all m rows: 6-row tiles, then 4, then 1 */
+EV_AVX2_INLINE void sg_cols(const sg_fn f6, const sg_fn f4, const sg_fn f1, int64_t m,
                             int64_t k, float alpha, const float *a, int64_t lda, const float *b,
-                            int64_t ldb, float *c, int64_t ldc) {
-    const __m256i none = _mm256_setzero_si256();
-    int64_t j = 0;
-    for (; j + 16 <= n; j += 16) f16(k, alpha, a, lda, b + j, ldb, c + j, ldc, none);
-    for (; j + 8 <= n; j += 8) f8(k, alpha, a, lda, b + j, ldb, c + j, ldc, none);
-    if (j < n) fm(k, alpha, a, lda, b + j, ldb, c + j, ldc, tail_mask(n - j));
+                            int64_t ldb, float *c, int64_t ldc, __m256i mask) {
+    int64_t i = 0;
+    for (; i + 6 <= m; i += 6) f6(k, alpha, a + i * lda, lda, b, ldb, c + i * ldc, ldc, mask);
+    for (; i + 4 <= m; i += 4) f4(k, alpha, a + i * lda, lda, b, ldb, c + i * ldc, ldc, mask);
+    for (; i < m; i++) f1(k, alpha, a + i * lda, lda, b, ldb, c + i * ldc, ldc, mask);
 }
 
 EV_AVX2 void ev_avx2_sgemm_f32(int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                                int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
-    int64_t i = 0;
-    for (; i + SG_MR <= m; i += SG_MR)
-        sg_rows(sg_4x16, sg_4x8, sg_4xm, n, k, alpha, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
-    for (; i < m; i++)
-        sg_rows(sg_1x16, sg_1x8, sg_1xm, n, k, alpha, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
+    const __m256i none = _mm256_setzero_si256();
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        sg_cols(sg_6x16, sg_4x16, sg_1x16, m, k, alpha, a, lda, b + j, ldb, c + j, ldc, none);
+    for (; j + 8 <= n; j += 8)
+        sg_cols(sg_6x8, sg_4x8, sg_1x8, m, k, alpha, a, lda, b + j, ldb, c + j, ldc, none);
+    if (j < n)
+        sg_cols(sg_6xm, sg_4xm, sg_1xm, m, k, alpha, a, lda, b + j, ldb, c + j, ldc,
+                tail_mask(n - j));
 }
 
 #endif
