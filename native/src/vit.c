@@ -84,10 +84,15 @@ static void vit_rope_tables(const edgevlm_model_info *in, ev_vit_scratch *v, int
     }
 }
 
-static void vit_rope_apply(const edgevlm_model_info *in, ev_vit_scratch *v, int64_t n) {
+/* q and k of rows [r0, r1) rotated in place (rows of qkv are [q | k | v], 3C floats) */
+static void vit_rope_task(void *ctx, int64_t r0, int64_t r1, int tid) {
+    (void)tid;
+    edgevlm_session *s = ctx;
+    const edgevlm_model_info *in = &s->model->info;
+    ev_vit_scratch *v = &s->v;
     const int64_t c = in->v_n_embd;
     const int hd = (int)(c / in->v_n_head), half = hd / 2;
-    for (int64_t r = 0; r < n; r++) {
+    for (int64_t r = r0; r < r1; r++) {
         const float *cs = v->rope_cos + r * half, *sn = v->rope_sin + r * half;
         ev_rope_rotate_half(v->qkv + r * 3 * c, in->v_n_head, hd, cs, sn);      /* q */
         ev_rope_rotate_half(v->qkv + r * 3 * c + c, in->v_n_head, hd, cs, sn);  /* k */
@@ -231,16 +236,16 @@ edgevlm_status ev_vision_forward(edgevlm_session *s, const float *pixel_values, 
         const ev_vit_layer *L = &m->vlayers[l];
         vit_layernorm(s, v->y, v->h, &L->ln1_w, &L->ln1_b, n, c);
         ev_linear(s, &L->qkv_w, &L->qkv_b, v->y, n, v->qkv);
-        vit_rope_apply(in, v, n);
+        ev_pool_for(s->pool, n, 1, vit_rope_task, s);
         vit_attn_job job = {s, (int64_t)gh * gw};
         ev_pool_for(s->pool, n / job.segment * in->v_n_head, 1, vit_attn_task, &job);
         ev_linear(s, &L->out_w, &L->out_b, v->att, n, v->y);
-        ev_add(v->h, v->y, n * c);
+        ev_rows_add(s, v->h, v->y, n, c);
         vit_layernorm(s, v->y, v->h, &L->ln2_w, &L->ln2_b, n, c);
         ev_linear(s, &L->up_w, &L->up_b, v->y, n, v->mlp);
         vit_gelu(s, gelu_tanh_task, v->mlp, n, in->v_n_ff);
         ev_linear(s, &L->down_w, &L->down_b, v->mlp, n, v->y);
-        ev_add(v->h, v->y, n * c);
+        ev_rows_add(s, v->h, v->y, n, c);
         if (tap < in->n_deepstack && in->v_deepstack_layers[tap] == l) {
             if (out_deepstack)
                 run_merger(s, &m->deepstack[tap], v->h, n, out_deepstack + (int64_t)tap * (n / 4) * d);

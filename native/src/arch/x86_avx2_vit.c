@@ -94,6 +94,7 @@ EV_AVX2_INLINE void sg_tile(const int R, const int V, const int masked, int64_t 
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 2
         for (int j = 0; j < V; j++) acc[i][j] = _mm256_setzero_ps();
+#pragma GCC unroll 4
     for (int64_t p = 0; p < k; p++) {
         __m256 bv[2];
 #pragma GCC unroll 2
