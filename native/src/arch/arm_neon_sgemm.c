@@ -56,8 +56,11 @@ static void pk_pack(float *panel, const ev_gemm_args *a, int64_t r, int R, int64
 static inline void pk_tile(const int M, const float *x, const float *pw, int kc, float *y,
                            int64_t ldy, int R, int first, const float *bias) {
     float32x4_t acc[PK_MR][4];
-    for (int m = 0; m < M; m++)
+    for (int m = 0; m < M; m++) {
+        __builtin_prefetch(y + m * ldy, 1, 3);   /* y is megabytes: see x86_avx2_sgemm.c */
+        __builtin_prefetch(y + m * ldy + R - 1, 1, 3);
         for (int j = 0; j < 4; j++) acc[m][j] = vdupq_n_f32(0.0f);
+    }
     for (int k = 0; k < kc; k++) {
         const float *wk = pw + k * PK_NR;
         const float32x4_t w0 = vld1q_f32(wk), w1 = vld1q_f32(wk + 4);
@@ -93,7 +96,8 @@ PK_TILE(6)
 #undef PK_TILE
 
 static const ev_gemm_dq_ops OPS = {pk_pack, {NULL, pk_tile_1, pk_tile_2, pk_tile_3, pk_tile_4,
-                                              pk_tile_5, pk_tile_6}};
+                                              pk_tile_5, pk_tile_6},
+                                    NULL};   /* tokens: the portable packing loop */
 
 void ev_neon_gemm_dq(const ev_gemm_args *a, int64_t r0, int64_t r1) {
     ev_gemm_dq_run(a, r0, r1, &OPS);

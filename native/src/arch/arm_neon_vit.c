@@ -113,15 +113,17 @@ static void sg_tail(int64_t n, int64_t k, float alpha, const float *a, const flo
 void ev_neon_sgemm_f32(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                        const float *b, int64_t ldb, float *c, int64_t ldc) {
     const int64_t n16 = n / 16 * 16;
-    int64_t i = 0;
-    for (; i + 4 <= m; i += 4)
-        for (int64_t j = 0; j < n16; j += 16)
+    /* column blocks outside: B's 16-column slice stays in L1 across the row blocks (see
+     * x86_avx2_vit.c) */
+    for (int64_t j = 0; j < n16; j += 16) {
+        int64_t i = 0;
+        for (; i + 4 <= m; i += 4)
             sg_4x16(k, alpha, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc);
-    for (; i < m; i++)
-        for (int64_t j = 0; j < n16; j += 16)
+        for (; i < m; i++)
             sg_1x16(k, alpha, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc);
+    }
     if (n16 < n)
-        for (i = 0; i < m; i++)
+        for (int64_t i = 0; i < m; i++)
             sg_tail(n - n16, k, alpha, a + i * lda, b + n16, ldb, c + i * ldc + n16);
 }
 
