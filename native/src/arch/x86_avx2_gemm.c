@@ -256,9 +256,10 @@ EV_AVX2_INLINE void q_gemv_row(const ev_gemm_args *a, int64_t r, const int q4) {
 
 /* Q4_0 decode, 8 blocks at a time. The nibbles stay unsigned: maddubs(q, x) with q in
  * [0, 15] gives sum(q x), and sum((q - 8) x) = sum(q x) - 8 sum(x), with 8 sum(x) per block
- * precomputed once per call (x8sum). The 8 blocks' int32 lanes are reduced to one lane per
- * block (hadd, then the two 128-bit halves), so their scales are applied as one vector: the
- * 8 fp16 d_w converted at once, times 8 d_x, one FMA. Per block that leaves load, shift,
+ * precomputed by each thread once per call (x8sum; n_in / 32 blocks, next to nothing). The 8
+ * blocks' int32 lanes are reduced to one lane per block (hadd, then the two 128-bit halves),
+ * so their scales are applied as one vector: the 8 fp16 d_w converted at once, times 8 d_x,
+ * one FMA. Per block that leaves load, shift,
  * insert, and, maddubs, madd and a share of the reduction: half the instructions of
  * q_gemv_row, whose decode of Q4_0 was compute-bound (16 GB/s against a 23 GB/s stream). */
 #define Q4_GEMV_MAX_BLOCKS 1024   /* n_in <= 32768; longer rows take q_gemv_row */
@@ -266,6 +267,13 @@ EV_AVX2_INLINE void q_gemv_row(const ev_gemm_args *a, int64_t r, const int q4) {
 EV_AVX2_INLINE __m256i q4_unsigned(const uint8_t *qs) {   /* 32 nibbles in element order */
     const __m128i t = _mm_loadu_si128((const __m128i *)qs);
     return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0f));
+}
+
+EV_AVX2_INLINE int32_t q4_hsum_i32(__m256i v) {   /* the sum of the 8 int32 lanes */
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+    return _mm_cvtsi128_si32(h);
 }
 
 /* lane i of the result: the sum of the 8 int32 lanes of p[i] */
@@ -283,10 +291,7 @@ EV_AVX2_INLINE void q4_gemv_x8sum(const ev_gemm_args *a, int32_t *x8sum, int64_t
     for (int64_t b = 0; b < nb; b++) {
         const __m256i x = _mm256_loadu_si256((const __m256i *)xr[b].qs);
         const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, x), ones16);
-        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
-        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
-        x8sum[b] = 8 * _mm_cvtsi128_si32(h);
+        x8sum[b] = 8 * q4_hsum_i32(s);
     }
 }
 
@@ -317,10 +322,7 @@ EV_AVX2_INLINE void q4_gemv_row(const ev_gemm_args *a, int64_t r, const int32_t 
     for (; b < nb; b++) {
         const __m256i x = _mm256_loadu_si256((const __m256i *)xr[b].qs);
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q4_unsigned(w[b].qs), x), ones16);
-        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
-        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
-        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
-        tail += (float)(_mm_cvtsi128_si32(h) - x8sum[b]) * (avx2_fp16(w[b].d) * dx[b]);
+        tail += (float)(q4_hsum_i32(p) - x8sum[b]) * (avx2_fp16(w[b].d) * dx[b]);
     }
     store_y(a, r, 0, avx2_hsum(acc) + tail, 0);
 }
