@@ -8,8 +8,7 @@
 #   FUZZ_WORK         where grown corpora, logs and reproducers go (default: a new temp dir;
 #                     reuse one to continue from the corpus a previous run grew)
 # The committed seed corpora (tests/fuzz/corpus/<c target>/, tests/reliability/corpus/<py
-# target>/, and tests/fuzz/corpus-grown/<py target>/: what an unfinished long run grew, so the
-# next one continues from it on a fresh machine) are only read. Python targets need atheris: pip install -e '.[fuzz]'.
+# target>/) are only read. Python targets need atheris: pip install -e '.[fuzz]'.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs="${FUZZ_RUNS:-10000000}"
@@ -41,10 +40,8 @@ command_of() {
         base64) c_target base64 4096 ;;
         api) c_target api 20000 ;;
         request|vision_tokens|config|frigate)
-            local grown="tests/fuzz/corpus-grown/$1"
-            [ -d "$grown" ] || grown=""
             echo "$python tests/fuzz/python/fuzz_$1.py -max_len=70000 $work/$1/corpus \
-tests/reliability/corpus/$1 $grown" ;;
+tests/reliability/corpus/$1" ;;
         *) echo "fuzz: unknown target $1" >&2; return 1 ;;
     esac
 }
