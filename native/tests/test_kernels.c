@@ -346,6 +346,42 @@ static void test_matmul_against_double_reference(void) {
     ev_pool_free(pools[1]);
 }
 
+/* Q4_0 against Q8_0 activations at the ends of both ranges: nibbles all 15 or all 0 (values
+ * +7, -8) against x = +-1 (quantised to +-127): per block |sum q x| and |8 sum x| are at
+ * their largest, so int16 partial sums that overflowed would show. Exact: y = n_in (q - 8) x. */
+static void test_q4_decode_extremes(void) {
+    const ev_kernels *sets[3] = {ev_kernels_scalar()};
+    const int n_sets = 1 + simd_sets(sets + 1);
+    const int64_t n_ins[] = {256, 288, 2112, 6144};   /* whole groups of 8 blocks, and tails */
+    for (size_t ni = 0; ni < sizeof n_ins / sizeof n_ins[0]; ni++) {
+        const int64_t n_in = n_ins[ni], nb = n_in / EV_QK, n_out = 4;
+        ev_block_q4_0 *w = malloc((size_t)(nb * n_out) * sizeof(ev_block_q4_0));
+        float *x = malloc((size_t)n_in * 4), y[4];
+        const size_t sb = ev_matmul_scratch_bytes(EV_TYPE_Q4_0, n_in, 1, 1);
+        void *scratch = aligned_alloc(64, (sb + 63) / 64 * 64);
+        for (int64_t r = 0; r < n_out; r++)
+            for (int64_t b = 0; b < nb; b++) {
+                w[r * nb + b].d = ev_f32_to_fp16(1.0f);
+                memset(w[r * nb + b].qs, (r & 1) ? 0x00 : 0xff, sizeof w[0].qs);
+            }
+        for (int sign = -1; sign <= 1; sign += 2) {
+            for (int64_t i = 0; i < n_in; i++) x[i] = (float)sign;
+            for (int si = 0; si < n_sets; si++) {
+                ev_matmul(NULL, sets[si], EV_TYPE_Q4_0, w, NULL, n_out, n_in, x, 1, y, scratch);
+                for (int64_t r = 0; r < n_out; r++) {
+                    const double want = (double)n_in * ((r & 1) ? -8.0 : 7.0) * sign;
+                    CHECK_MSG(fabs(y[r] - want) <= 1e-3 * fabs(want),
+                              "q4 extremes %s n_in=%lld row %lld x=%d: %g, want %g",
+                              sets[si]->name, (long long)n_in, (long long)r, sign, y[r], want);
+                }
+            }
+        }
+        free(w);
+        free(x);
+        free(scratch);
+    }
+}
+
 static void test_matmul_sets_agree_and_null_pool(void) {
     /* scalar and SIMD on the same data agree; a NULL pool runs on the caller */
     for (int ti = 0; ti < 5; ti++) {
@@ -446,6 +482,7 @@ static void test_activations_closed_form(void) {
 int main(void) {
     test_simd_sets_against_scalar();
     test_matmul_against_double_reference();
+    test_q4_decode_extremes();
     test_matmul_sets_agree_and_null_pool();
     test_rmsnorm_closed_form();
     test_layernorm_closed_form();

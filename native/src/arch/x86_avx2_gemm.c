@@ -255,14 +255,23 @@ EV_AVX2_INLINE void q_gemv_row(const ev_gemm_args *a, int64_t r, const int q4) {
 }
 
 /* Q4_0 decode, 8 blocks at a time. The nibbles stay unsigned: maddubs(q, x) with q in
- * [0, 15] gives sum(q x), and sum((q - 8) x) = sum(q x) - 8 sum(x), with 8 sum(x) per block
- * precomputed by each thread once per call (x8sum; n_in / 32 blocks, next to nothing). The 8
- * blocks' int32 lanes are reduced to one lane per block (hadd, then the two 128-bit halves),
- * so their scales are applied as one vector: the 8 fp16 d_w converted at once, times 8 d_x,
- * one FMA. Per block that leaves load, shift,
- * insert, and, maddubs, madd and a share of the reduction: half the instructions of
- * q_gemv_row, whose decode of Q4_0 was compute-bound (16 GB/s against a 23 GB/s stream). */
+ * [0, 15] gives sum(q x), and sum((q - 8) x) = sum(q x) - 8 sum(x). Each thread rearranges the
+ * activations once per call (q4_gemv_x; n_in bytes, next to nothing) so that two weight blocks
+ * share one register: v = [qs(b) | qs(b+1)], whose low nibbles meet lo = [x(b)[0..15] |
+ * x(b+1)[0..15]] and high nibbles hi = [x(b)[16..31] | x(b+1)[16..31]]. Per pair of blocks:
+ * 2 loads, and + shift + and, 2 maddubs, 1 add (int16 lanes of 4 products). Per 8 blocks, 3
+ * hadd_epi16 (lanes of 16 products: |sum| <= 16 * 15 * 127 = 30480, no overflow) and one madd
+ * into int32 leave one lane per block, in the order [b0 b2 b4 b6 | b1 b3 b5 b7]; 8 sum(x) and
+ * d_x are stored in that order, the 8 fp16 d_w are gathered in it, and one FMA applies the
+ * scales. About 8 instructions per block where a block-by-block dot product takes ~12: the
+ * decode of Q4_0 was compute-bound below the stream bandwidth. */
 #define Q4_GEMV_MAX_BLOCKS 1024   /* n_in <= 32768; longer rows take q_gemv_row */
+
+typedef struct q4_gemv_x {
+    _Alignas(32) int8_t pair[Q4_GEMV_MAX_BLOCKS / 2][2][32];   /* [pair][lo, hi][32] */
+    _Alignas(32) int32_t x8sum[Q4_GEMV_MAX_BLOCKS];   /* 8 sum(x(b)), permuted per 8 blocks */
+    _Alignas(32) float dx[Q4_GEMV_MAX_BLOCKS];        /* d_x(b), permuted alike */
+} q4_gemv_x;
 
 EV_AVX2_INLINE __m256i q4_unsigned(const uint8_t *qs) {   /* 32 nibbles in element order */
     const __m128i t = _mm_loadu_si128((const __m128i *)qs);
@@ -276,53 +285,66 @@ EV_AVX2_INLINE int32_t q4_hsum_i32(__m256i v) {   /* the sum of the 8 int32 lane
     return _mm_cvtsi128_si32(h);
 }
 
-/* lane i of the result: the sum of the 8 int32 lanes of p[i] */
-EV_AVX2_INLINE __m256i q4_reduce8(const __m256i p[8]) {
-    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
-    const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
-    /* a = [p0 p1 p2 p3 (low halves) | p0 p1 p2 p3 (high halves)], b likewise for p4..p7 */
-    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
-                            _mm256_permute2x128_si256(a, b, 0x31));
+/* slot of block b in its group of 8: [b0 b2 b4 b6 b1 b3 b5 b7]; blocks past the last full
+ * group keep their place (the tail loop reads them one by one) */
+static inline int64_t q4_slot(int64_t b, int64_t nb8) {
+    return b < nb8 ? (b & ~(int64_t)7) + ((b & 1) ? 4 : 0) + ((b & 7) >> 1) : b;
 }
 
-EV_AVX2_INLINE void q4_gemv_x8sum(const ev_gemm_args *a, int32_t *x8sum, int64_t nb) {
+EV_AVX2_INLINE void q4_gemv_prepare(const ev_gemm_args *a, q4_gemv_x *px, int64_t nb) {
     const ev_block_q8_0 *xr = (const ev_block_q8_0 *)a->x;
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    const int64_t nb8 = nb / 8 * 8;
     for (int64_t b = 0; b < nb; b++) {
         const __m256i x = _mm256_loadu_si256((const __m256i *)xr[b].qs);
         const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, x), ones16);
-        x8sum[b] = 8 * q4_hsum_i32(s);
+        px->x8sum[q4_slot(b, nb8)] = 8 * q4_hsum_i32(s);
+        px->dx[q4_slot(b, nb8)] = a->x_scale[b];
+    }
+    for (int64_t b = 0; b < nb8; b += 2) {
+        const __m256i x0 = _mm256_loadu_si256((const __m256i *)xr[b].qs);
+        const __m256i x1 = _mm256_loadu_si256((const __m256i *)xr[b + 1].qs);
+        _mm256_store_si256((__m256i *)px->pair[b / 2][0], _mm256_permute2x128_si256(x0, x1, 0x20));
+        _mm256_store_si256((__m256i *)px->pair[b / 2][1], _mm256_permute2x128_si256(x0, x1, 0x31));
     }
 }
 
-EV_AVX2_INLINE void q4_gemv_row(const ev_gemm_args *a, int64_t r, const int32_t *x8sum) {
+/* the int16 lanes (4 products each) of weight blocks b, b+1 against their activations */
+EV_AVX2_INLINE __m256i q4_pair_dot(const ev_block_q4_0 *w, const q4_gemv_x *px, int64_t b) {
+    const __m256i v = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)w[b].qs)),
+        _mm_loadu_si128((const __m128i *)w[b + 1].qs), 1);
+    const __m256i m = _mm256_set1_epi8(0x0f);
+    const __m256i lo = _mm256_and_si256(v, m), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
+    return _mm256_add_epi16(
+        _mm256_maddubs_epi16(lo, _mm256_load_si256((const __m256i *)px->pair[b / 2][0])),
+        _mm256_maddubs_epi16(hi, _mm256_load_si256((const __m256i *)px->pair[b / 2][1])));
+}
+
+EV_AVX2_INLINE void q4_gemv_row(const ev_gemm_args *a, int64_t r, const q4_gemv_x *px) {
     const int64_t nb = a->n_in / EV_QK;
     const ev_block_q4_0 *w = (const ev_block_q4_0 *)(a->w + r * a->w_stride);
-    const ev_block_q8_0 *xr = (const ev_block_q8_0 *)a->x;
-    const float *dx = a->x_scale;
     const __m256i ones16 = _mm256_set1_epi16(1);
     __m256 acc = _mm256_setzero_ps();
     int64_t b = 0;
     for (; b + 8 <= nb; b += 8) {
-        __m256i p[8];
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) {
-            const __m256i x = _mm256_loadu_si256((const __m256i *)xr[b + j].qs);
-            p[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(q4_unsigned(w[b + j].qs), x), ones16);
-        }
-        const __m256i dot = _mm256_sub_epi32(q4_reduce8(p),
-                                             _mm256_loadu_si256((const __m256i *)(x8sum + b)));
-        const __m128i d16 = _mm_setr_epi16((short)w[b].d, (short)w[b + 1].d, (short)w[b + 2].d,
-                                           (short)w[b + 3].d, (short)w[b + 4].d, (short)w[b + 5].d,
-                                           (short)w[b + 6].d, (short)w[b + 7].d);
-        const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(d16), _mm256_loadu_ps(dx + b));
+        const __m256i g = _mm256_hadd_epi16(
+            _mm256_hadd_epi16(q4_pair_dot(w, px, b), q4_pair_dot(w, px, b + 2)),
+            _mm256_hadd_epi16(q4_pair_dot(w, px, b + 4), q4_pair_dot(w, px, b + 6)));
+        const __m256i dot = _mm256_sub_epi32(_mm256_madd_epi16(g, ones16),
+                                             _mm256_load_si256((const __m256i *)(px->x8sum + b)));
+        const __m128i d16 = _mm_setr_epi16((short)w[b].d, (short)w[b + 2].d, (short)w[b + 4].d,
+                                           (short)w[b + 6].d, (short)w[b + 1].d, (short)w[b + 3].d,
+                                           (short)w[b + 5].d, (short)w[b + 7].d);
+        const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(d16), _mm256_load_ps(px->dx + b));
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), d, acc);
     }
+    const ev_block_q8_0 *xr = (const ev_block_q8_0 *)a->x;
     float tail = 0.0f;
-    for (; b < nb; b++) {
+    for (; b < nb; b++) {   /* the last nb % 8 blocks, unpermuted */
         const __m256i x = _mm256_loadu_si256((const __m256i *)xr[b].qs);
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q4_unsigned(w[b].qs), x), ones16);
-        tail += (float)(q4_hsum_i32(p) - x8sum[b]) * (avx2_fp16(w[b].d) * dx[b]);
+        tail += (float)(q4_hsum_i32(p) - px->x8sum[b]) * (avx2_fp16(w[b].d) * px->dx[b]);
     }
     store_y(a, r, 0, avx2_hsum(acc) + tail, 0);
 }
@@ -331,9 +353,9 @@ EV_AVX2_INLINE void q_direct(const ev_gemm_args *a, int64_t r0, int64_t r1, cons
     int64_t r = r0;
     const int64_t nb = a->n_in / EV_QK;
     if (q4 && a->n_tok == 1 && nb <= Q4_GEMV_MAX_BLOCKS) {
-        int32_t x8sum[Q4_GEMV_MAX_BLOCKS];   /* 8 sum(x) per activation block */
-        q4_gemv_x8sum(a, x8sum, nb);
-        for (; r < r1; r++) q4_gemv_row(a, r, x8sum);
+        q4_gemv_x px;   /* this thread's rearranged activations (40 KiB of stack) */
+        q4_gemv_prepare(a, &px, nb);
+        for (; r < r1; r++) q4_gemv_row(a, r, &px);
         return;
     }
     switch (a->n_tok) {
