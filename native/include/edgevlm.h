@@ -112,6 +112,11 @@ edgevlm_status edgevlm_model_load(const char *text_path, const char *mmproj_path
                                   edgevlm_model **out, char *err, size_t err_len);
 void edgevlm_model_free(edgevlm_model *model);
 void edgevlm_model_get_info(const edgevlm_model *model, edgevlm_model_info *out);
+/* Maps every page of both files into the process now (madvise MADV_POPULATE_READ, or one read
+ * per page on kernels without it), reading from disk what the page cache lacks, so the first
+ * answer and the first image do not pay ~10^5 page faults. Optional; thread-safe; the engine
+ * runs it beside the tokenizer's construction. Returns the bytes mapped. */
+int64_t edgevlm_model_prefault(const edgevlm_model *model);
 
 /* Metadata of the text file (which==0) or the mmproj file (which==1), by key.
  * Strings: copies at most buf_len bytes (NUL-terminated) and returns the full length, or -1

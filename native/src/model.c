@@ -10,6 +10,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "kernels.h"
 #include "util.h"
@@ -347,6 +349,27 @@ edgevlm_status edgevlm_model_load(const char *text_path, const char *mmproj_path
     }
     *out = m;
     return EDGEVLM_OK;
+}
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22   /* Linux 5.14; older kernels answer EINVAL */
+#endif
+
+static int64_t prefault_map(const gguf_file *f) {
+    if (!f->base || !f->size) return 0;
+    if (madvise((void *)f->base, f->size, MADV_POPULATE_READ) != 0) {
+        const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        const volatile uint8_t *p = (const volatile uint8_t *)f->base;
+        uint8_t sink = 0;
+        for (size_t off = 0; off < f->size; off += page) sink ^= p[off];
+        (void)sink;
+    }
+    return (int64_t)f->size;
+}
+
+int64_t edgevlm_model_prefault(const edgevlm_model *model) {
+    if (!model) return 0;
+    return prefault_map(&model->text) + prefault_map(&model->vision);
 }
 
 void edgevlm_model_get_info(const edgevlm_model *model, edgevlm_model_info *out) {

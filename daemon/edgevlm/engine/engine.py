@@ -113,7 +113,14 @@ class Engine:
         self.model = NativeModel(files)
         self.files = files
         self.name = files.name
-        self.tokenizer = load_tokenizer(self.model)
+        # The weights' pages are mapped by a C call on another thread while this one builds
+        # the tokenizer (~1 s for Qwen's vocabulary): the first answer then finds them mapped.
+        prefault = threading.Thread(target=self.model.prefault, name="edgevlm-prefault")
+        prefault.start()
+        try:
+            self.tokenizer = load_tokenizer(self.model)
+        finally:
+            prefault.join()
         self.special = special_tokens(self.model, self.tokenizer)
         self.family = model_family(self.model)
         self.max_pixels = max_pixels  # the deployment cap (None: the model's own bounds)
