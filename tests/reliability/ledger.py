@@ -60,17 +60,21 @@ class Summary:
     unexpected: list[str]      # final answers that contradict what the request was
     unknown: int               # answers to ids never sent
     faults: int
-    cache_hits: int
+    cache_hits: int            # on first answers with no fault between request and answer
+    cache_hits_by_fault: dict[str, int]   # a request redelivered after a fault, run again
     latency_ms: dict[str, float]
     model_ms_p50: float
+    model_ms_p99: float
+    queue_ms: dict[str, float]   # latency - the daemon's work time: waiting + transport
 
     def line(self) -> str:
         return (f"sent {self.sent}, answered {self.answered}, errors {sum(self.errors.values())} "
                 f"{dict(self.errors)}, busy {self.busy}, expired {self.expired}, "
                 f"deadline_exceeded {self.deadline_exceeded}, duplicates {self.duplicates}, "
                 f"lost {len(self.lost)}, unexpected {len(self.unexpected)}, faults "
-                f"{self.faults}, cache hits {self.cache_hits}, latency ms {self.latency_ms}, "
-                f"model ms p50 {self.model_ms_p50:.1f}")
+                f"{self.faults}, cache hits {self.cache_hits} (+{self.cache_hits_by_fault} after "
+                f"faults), latency ms {self.latency_ms}, model ms p50 {self.model_ms_p50:.1f} "
+                f"p99 {self.model_ms_p99:.1f}, queue ms {self.queue_ms}")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -145,6 +149,13 @@ class Ledger:
         before = [f for f in self.faults if f.start <= at]
         return before[-1].name if before else "none"
 
+    def _fault_between(self, start: float, end: float) -> str | None:
+        """The last fault whose window overlaps [start - 1 s, end]: the request was sent
+        during it, or at most 1 s before it began (a publish in flight), and answered after
+        it began."""
+        inside = [f for f in self.faults if f.start <= end and (f.end or end) >= start - 1.0]
+        return inside[-1].name if inside else None
+
     def _excused(self, s: Sent) -> bool:
         ends = s.at + s.expiry_s
         return any(f.start - self.grace_s <= ends <= (f.end or ends) + self.grace_s
@@ -155,7 +166,9 @@ class Ledger:
             sent = [s for s in self.sent.values() if phase is None or s.phase == phase]
             errors: Counter[str] = Counter()
             by_fault: Counter[str] = Counter()
+            hits_by_fault: Counter[str] = Counter()
             answered = duplicates = expired = hits = 0
+            queue: list[float] = []
             lost: list[str] = []
             unexpected: list[str] = []
             latency: list[float] = []
@@ -172,12 +185,20 @@ class Ledger:
                 for extra in finals[1:]:
                     by_fault[self._fault_before(extra.at)] += 1
                 first = finals[0]
-                hits += first.cache_hits
+                if first.cache_hits:
+                    # a request the daemon ran, whose answer a fault lost, is delivered again
+                    # and finds its own features in the cache
+                    fault = self._fault_between(s.at, first.at)
+                    if fault is None:
+                        hits += first.cache_hits
+                    else:
+                        hits_by_fault[fault] += first.cache_hits
                 if first.status == "ok":
                     answered += 1
                     latency.append((first.at - s.at) * 1e3)
                     if first.total_ms is not None:
                         model.append(first.total_ms)
+                        queue.append(latency[-1] - first.total_ms)
                 else:
                     errors[first.error_type or "?"] += 1
                 got = first.status if first.status == "ok" else first.error_type
@@ -190,11 +211,25 @@ class Ledger:
                 duplicates_by_fault=dict(by_fault),
                 lost=lost, unexpected=unexpected, unknown=self.unknown,
                 faults=sum(1 for f in self.faults if phase is None or f.name.startswith(phase)),
-                cache_hits=hits,
+                cache_hits=hits, cache_hits_by_fault=dict(hits_by_fault),
                 latency_ms={"p50": round(percentile(latency, 0.50), 1),
                             "p99": round(percentile(latency, 0.99), 1),
                             "max": round(max(latency, default=float("nan")), 1)},
-                model_ms_p50=statistics.median(model) if model else float("nan"))
+                model_ms_p50=statistics.median(model) if model else float("nan"),
+                model_ms_p99=percentile(model, 0.99),
+                queue_ms={"p50": round(percentile(queue, 0.50), 1),
+                          "p99": round(percentile(queue, 0.99), 1)})
+
+    def series(self, phase: str) -> list[tuple[float, float, float | None]]:
+        """(sent at, latency ms, the daemon's work ms) of each answered request of ``phase``,
+        in sending order: where the latency tail sits in time."""
+        with self._lock:
+            out = []
+            for s in sorted(self.sent.values(), key=lambda s: s.at):
+                finals = self.finals.get(s.rid)
+                if s.phase == phase and finals and finals[0].status == "ok":
+                    out.append((s.at, (finals[0].at - s.at) * 1e3, finals[0].total_ms))
+            return out
 
     def stats(self) -> dict[str, Any]:
         return self.summary().__dict__

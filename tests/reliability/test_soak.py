@@ -1,6 +1,6 @@
 """Soak: the daemon's capacity with ~100 KB frames, then 1x, 1.5x and 2x that rate with faults.
 
-Capacity: the closed-loop throughput (two requests always in the daemon), of which 90 % is
+Capacity: the closed-loop throughput (two requests always in the daemon), of which 75 % is
 the rate the board sustains, 1x (``SUSTAINED``).
 
 One daemon (``edgevlm serve`` in a child process, the demo model) and one real Mosquitto with
@@ -11,7 +11,9 @@ persistence serve all three rates in a row: 60 s each in CI, 10 min each with
 Frames: 32 different ~100 KB images (JPEG and PNG) made from the fixture photo, sent in a
 cycle, and a vision cache of 64 KiB in the daemon (about one entry of the demo model), so that
 every request runs the vision encoder: the cache would otherwise turn a repeated frame into a
-4 ms answer instead of ~35 ms (the ledger counts cache hits; the test asserts there are none).
+4 ms answer instead of ~35 ms (the ledger counts cache hits; the test asserts there are none,
+except for a request that a fault made the broker deliver again after the daemon had run it:
+it finds its own features, one per fault at most).
 
 Mixed in: bad inputs (refused at admission) and a request that fails on the worker (a JPEG
 cut in half: its header passes admission, the decode on the worker fails). Faults on a
@@ -43,15 +45,19 @@ from tests.reliability.conftest import (
 )
 from tests.reliability.ledger import Ledger, Summary
 from tests.reliability.profile import LONG
+from tests.reliability.stall_probe import StallProbe
 
 PHASE_S = 600.0 if LONG else 60.0
 CAPACITY_S = 30.0 if LONG else 10.0
-# The board's capacity (1x) is the rate it sustains: 90 % of its closed-loop throughput. At
-# 100 % arrivals and completions are equal on average, so every slowdown (a noisy neighbour,
-# a GC pause) leaves a queue that never drains: over 10 minutes it random-walks to hundreds
-# of milliseconds whatever the daemon does. 1.5x and 2x are still 1.35x and 1.8x the
-# throughput, well above what the board can do.
-SUSTAINED = 0.9
+# The board's capacity (1x) is the rate it sustains: 75 % of its closed-loop throughput. At
+# 100 % arrivals and completions are equal on average, so every slowdown leaves a queue that
+# never drains. A shared VM also changes speed for tens of seconds: in the 2026-12-01 long run
+# the daemon's own work time for the same 32-frame cycle, median per 10 s, went 9.3 -> 12.5
+# ms (+33 %), and at 90 % each such stretch was an overload whose queue set the p99 (10-s
+# over-bound counts followed the work time, correlation 0.92; the stall probe saw one 40 ms
+# pause). 75 % keeps a 33 % slowdown under capacity. 1.5x and 2x are 1.125x and 1.5x the
+# throughput: above what the board can do (busy answers).
+SUSTAINED = 0.75
 RATES = (("1x", 1.0), ("1.5x", 1.5), ("2x", 2.0))
 SHORT_EXPIRY_S = 3     # 1 request in 5: lost to the documented expiry rule if held in a fault
 LONG_EXPIRY_S = 30
@@ -213,6 +219,9 @@ def test_soak_at_1x_1_5x_2x_capacity_with_faults(broker, soak_daemon, frames):
     soak = Soak(broker, soak_daemon, client, ledger, frames, daemon)
     sampler = threading.Thread(target=soak.sample_forever, daemon=True)
     sampler.start()
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    probe = StallProbe(OUT_DIR / f"soak-stalls{'-long' if LONG else ''}.txt")
+    phase_span: dict[str, tuple[float, float]] = {}
     report: dict[str, Any] = {"long": LONG, "phase_s": PHASE_S}
     try:
         throughput, model_ms = capacity(soak)
@@ -226,6 +235,7 @@ def test_soak_at_1x_1_5x_2x_capacity_with_faults(broker, soak_daemon, frames):
             sender = threading.Thread(target=soak.paced, args=(phase, cap * factor, PHASE_S),
                                       daemon=True)
             t0 = time.monotonic()
+            phase_span[phase] = (t0, t0 + PHASE_S)
             sender.start()
             for _, offset, name in (s for s in SCHEDULE if s[0] == phase):
                 time.sleep(max(0.0, t0 + offset * PHASE_S - time.monotonic()))
@@ -239,6 +249,7 @@ def test_soak_at_1x_1_5x_2x_capacity_with_faults(broker, soak_daemon, frames):
         soak.stop.set()
         sampler.join(5)
         client.close()
+        probe.close()
     growth, samples = soak.rss_growth(first_pid, warm)
     restarted = [f.end for f in ledger.faults if f.name.endswith("daemon-kill") and f.end]
     last_growth, last_samples = (soak.rss_growth(soak.daemon.pid, restarted[-1] + 10.0)
@@ -252,19 +263,43 @@ def test_soak_at_1x_1_5x_2x_capacity_with_faults(broker, soak_daemon, frames):
         rss_growth_mb=round(growth / 2**20, 2), rss_samples=samples,
         restarted_daemon_rss_growth_mb=round(last_growth / 2**20, 2),
         restarted_daemon_rss_samples=last_samples, p99_bound_ms_1x=round(bound, 1),
-        total=summary_dict(total), phases={p: summary_dict(s) for p, s in phases.items()})
+        total=summary_dict(total), phases={p: summary_dict(s) for p, s in phases.items()},
+        machine_stalls={p: stall_summary(probe.stalls(*span)) for p, span in phase_span.items()},
+        over_bound_1x=over_bound(ledger.series("1x"), bound, probe.stalls(*phase_span["1x"])))
     write_report("soak", report)
+    series = ledger.series("1x")
+    (OUT_DIR / f"soak-1x-series{'-long' if LONG else ''}.json").write_text(json.dumps(
+        [(round(at - series[0][0], 4), round(ms, 2), ms_work) for at, ms, ms_work in series]))
 
     assert not total.lost, f"requests without a final answer: {total.lost[:20]}"
     assert not total.unexpected, total.unexpected[:20]
     assert total.unknown == 0, "answers to requests never sent"
     assert total.duplicates <= len(SCHEDULE), total.line()
     assert total.cache_hits == 0, "the vision cache made the load trivial"
+    assert sum(total.cache_hits_by_fault.values()) <= len(SCHEDULE), total.line()
     assert phases["2x"].busy > 0, f"no busy answers above capacity: {phases['2x'].line()}"
     assert samples >= 10 and growth <= RSS_LIMIT, (
         f"RSS grew {growth / 2**20:.1f} MB ({samples} samples)")
     if LONG:  # in CI (a shared 2-core box) it is measured and reported, not asserted
         assert one.latency_ms["p99"] <= bound, one.line()
+
+
+def stall_summary(stalls: list[tuple[float, float]]) -> dict[str, Any]:
+    """The machine's pauses of one phase (the stall probe's late wake-ups, > 20 ms)."""
+    ms = [late for _, late in stalls]
+    return {"count": len(ms), "total_ms": round(sum(ms), 1), "max_ms": max(ms, default=0.0)}
+
+
+def over_bound(series: list[tuple[float, float, float | None]], bound: float,
+               stalls: list[tuple[float, float]]) -> dict[str, int]:
+    """Requests of the 1x phase slower than the bound, and how many of them were sent while
+    the queue left by a machine pause was draining: from 1 s before the pause to its drain
+    time at 1x (rho / (1 - rho) times its length) plus 1 s after it."""
+    drain = SUSTAINED / (1.0 - SUSTAINED)
+    slow = [at for at, ms, _ in series if ms > bound]
+    after = [at for at in slow
+             if any(s - 1.0 <= at <= s + drain * late / 1e3 + 1.0 for s, late in stalls)]
+    return {"requests": len(series), "over_bound": len(slow), "after_a_pause": len(after)}
 
 
 def summary_dict(s: Summary) -> dict[str, Any]:
