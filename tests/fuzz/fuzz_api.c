@@ -262,6 +262,7 @@ static int64_t room(int64_t count, int64_t valid_max) {
 static void use_loaded(edgevlm_model *m, int vision) {
     edgevlm_model_info mi;
     edgevlm_model_get_info(m, &mi);
+    edgevlm_model_prefault(m);
     char small[8];
     edgevlm_model_meta_str(m, 0, "general.architecture", small, sizeof small);
     edgevlm_model_meta_arr_len(m, 0, "tokenizer.ggml.tokens");

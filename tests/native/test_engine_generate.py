@@ -82,3 +82,20 @@ def test_greedy_generation_reproduces_transformers(model: str, case: str,
     assert result.logits is not None
     ref = g["decode_logits"][: len(result.logits)]
     assert float(np.abs(result.logits - ref).max()) < 1e-4 * float(np.abs(ref).max())
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_prefault_maps_both_files_and_the_engine_still_answers(model: str,
+                                                               engines: dict[str, Engine]
+                                                               ) -> None:
+    """Engine.load maps the weights' pages beside the tokenizer's construction; mapping them
+    again reports both files' sizes, and a model freshly loaded that way answers the same."""
+    engine = engines[model]
+    files = engine.files
+    assert files.mmproj is not None
+    want = files.text.stat().st_size + files.mmproj.stat().st_size
+    assert engine.model.prefault() == want
+    messages = [{"role": "user", "content": "Hello"}]
+    again = Engine.load(files.text.parent, threads=1, context=64)
+    assert (again.generate(messages, max_tokens=3, temperature=0.0).tokens
+            == engine.generate(messages, max_tokens=3, temperature=0.0).tokens)
