@@ -3,12 +3,13 @@ exceptions (the one place that does so)."""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from ..errors import ContextLengthExceeded, DeadlineExceeded, EdgevlmError, InternalError
 
 try:
-    from .. import _native  # type: ignore[attr-defined]
+    _native: Any = importlib.import_module("edgevlm._native")   # built by cffi, no stubs
 except ImportError as exc:  # pragma: no cover - a broken install
     raise ImportError("the edgevlm native core is not built; reinstall with `pip install .` "
                       f"(a C compiler is needed): {exc}") from exc
