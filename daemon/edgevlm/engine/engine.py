@@ -114,7 +114,7 @@ class Engine:
         self.files = files
         self.name = files.name
         # The weights' pages are mapped by a C call on another thread while this one builds
-        # the tokenizer (~1 s for Qwen's vocabulary): the first answer then finds them mapped.
+        # the tokenizer (~0.6 s for Qwen's vocabulary): the first answer then finds them mapped.
         prefault = threading.Thread(target=self.model.prefault, name="edgevlm-prefault")
         prefault.start()
         try:
