@@ -300,12 +300,11 @@ EV_AVX2_INLINE void q4_gemv_prepare(const ev_gemm_args *a, q4_gemv_x *px, int64_
         const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, x), ones16);
         px->x8sum[q4_slot(b, nb8)] = 8 * q4_hsum_i32(s);
         px->dx[q4_slot(b, nb8)] = a->x_scale[b];
-    }
-    for (int64_t b = 0; b < nb8; b += 2) {
-        const __m256i x0 = _mm256_loadu_si256((const __m256i *)xr[b].qs);
-        const __m256i x1 = _mm256_loadu_si256((const __m256i *)xr[b + 1].qs);
-        _mm256_store_si256((__m256i *)px->pair[b / 2][0], _mm256_permute2x128_si256(x0, x1, 0x20));
-        _mm256_store_si256((__m256i *)px->pair[b / 2][1], _mm256_permute2x128_si256(x0, x1, 0x31));
+        if (b < nb8) {   /* x[0..15] into lo, x[16..31] into hi, block b's half of its pair */
+            int8_t *lo = px->pair[b / 2][0] + (b & 1) * 16, *hi = px->pair[b / 2][1] + (b & 1) * 16;
+            _mm_store_si128((__m128i *)lo, _mm256_castsi256_si128(x));
+            _mm_store_si128((__m128i *)hi, _mm256_extracti128_si256(x, 1));
+        }
     }
 }
 
