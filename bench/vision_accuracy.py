@@ -56,7 +56,7 @@ def ensure_f32_tower(checkpoint: Path) -> Path:
     return out
 
 
-def test_images() -> dict[int, Any]:
+def accuracy_images() -> dict[int, Any]:
     from PIL import Image
 
     return {448: Image.open(io.BytesIO(ttft_image_jpeg(448))).convert("RGB"),
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     lo, hi = pixel_bounds(family, 1_003_520, None, None)
     pixels = {size: preprocess_image(img, family, lo, hi, model.info["v_image_mean"],
                                      model.info["v_image_std"])
-              for size, img in test_images().items()}
+              for size, img in accuracy_images().items()}
     del model
     refs = reference(checkpoint, pixels)
     report: dict[str, Any] = {

@@ -257,6 +257,7 @@ def test_soak_at_1x_1_5x_2x_capacity_with_faults(broker, soak_daemon, frames):
     total = ledger.summary()
     phases = {phase: ledger.summary(phase) for phase, _ in RATES}
     one = phases["1x"]
+    series = ledger.series("1x")   # (sent at, latency, work) of every answered 1x request
     bound = 2 * one.model_ms_p50 + 5
     report.update(
         rates_rps={p: round(cap * f, 2) for p, f in RATES}, recovery_s=recoveries,
@@ -265,11 +266,10 @@ def test_soak_at_1x_1_5x_2x_capacity_with_faults(broker, soak_daemon, frames):
         restarted_daemon_rss_samples=last_samples, p99_bound_ms_1x=round(bound, 1),
         total=summary_dict(total), phases={p: summary_dict(s) for p, s in phases.items()},
         machine_stalls={p: stall_summary(probe.stalls(*span)) for p, span in phase_span.items()},
-        over_bound_1x=over_bound(ledger.series("1x"), bound, probe.stalls(*phase_span["1x"])))
+        over_bound_1x=over_bound(series, bound, probe.stalls(*phase_span["1x"])))
     write_report("soak", report)
-    series = ledger.series("1x")
     (OUT_DIR / f"soak-1x-series{'-long' if LONG else ''}.json").write_text(json.dumps(
-        [(round(at - series[0][0], 4), round(ms, 2), ms_work) for at, ms, ms_work in series]))
+        [(round(at - phase_span["1x"][0], 4), round(ms, 2), work) for at, ms, work in series]))
 
     assert not total.lost, f"requests without a final answer: {total.lost[:20]}"
     assert not total.unexpected, total.unexpected[:20]
