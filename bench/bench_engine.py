@@ -47,6 +47,8 @@ measurement, after one untimed warm-up of each:
 
 ``--engines ...,transformers`` adds transformers (bf16 safetensors checkpoint, sdpa, torch
 threads = --threads) as a third engine in the bf16 rows (slow: ~10 more minutes).
+``--engines edgevlm,edgevlm-fast,...`` adds edgevlm with ``precision="fast"`` (the prefill
+and ViT activations rounded as llama.cpp rounds them, where the CPU has kernels for it).
 
 edgevlm runs through ``Engine.load(dir, threads, context)`` and its ``NativeSession``
 (``prefill``/``decode``/``encode_vision``), with the daemon's defaults otherwise (KV cache f32,
@@ -56,7 +58,7 @@ through the low-level ``llama_cpp`` bindings (``llama_decode`` with ``n_batch = 
 bindings (``mtmd_encode_chunk``; the mtmd warm-up at load is left on, as in llama.cpp's tools).
 
 Every number is the median of ``--runs`` runs (≥ 5 for a quoted table). Ratios are edgevlm /
-llama.cpp speed pair by pair (> 1: edgevlm faster); the issue's floor is 0.5. Results go to
+llama.cpp speed pair by pair (> 1: edgevlm faster); issue 6's target is 1.0. Results go to
 ``bench/results/engine-<date>.{json,md,png}`` (the other stages' panels in
 ``engine-<date>-stages.png``) with machine, versions and load average.
 Progress on stderr; the Markdown table (or with ``--json`` the JSON) on stdout.

@@ -144,7 +144,7 @@ static void bench_one(ev_pool *pool, const ev_kernels *k, int32_t type, int64_t 
 
 int main(int argc, char **argv) {
     int no_stream = 0, quick = 0, only_threads = 0, runs = 7, only_tok = 0, only_shape = 0;
-    const char *types_arg = "q8_0,q4_0,bf16,f16,f32";
+    const char *types_arg = "q8_0,q4_0,bf16,f16,f32", *set_arg = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) only_threads = atoi(argv[++i]);
@@ -153,15 +153,34 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--tok") && i + 1 < argc) only_tok = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) only_shape = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-stream")) no_stream = 1;
+        else if (!strcmp(argv[i], "--kernels") && i + 1 < argc) set_arg = argv[++i];
         else {
             fprintf(stderr, "usage: %s [--quick] [--threads N] [--types q8_0,...] [--runs N] "
-                            "[--tok 1|128|512] [--shape 1|2|3] [--no-stream]\n", argv[0]);
+                            "[--tok 1|128|512] [--shape 1|2|3] [--no-stream] [--kernels scalar|avx2|...]\n",
+                    argv[0]);
             return 2;
         }
     }
     if (runs < 5) runs = 5;
     if (runs > 32) runs = 32;
     const ev_kernels *k = ev_kernels_best();
+    if (set_arg) {   /* another set for A/B runs: the scalar one or one the CPU has */
+        const ev_kernels *sets[] = {
+            ev_kernels_scalar(),
+#if defined(__x86_64__)
+            ev_kernels_x86_avx2(), ev_kernels_x86_avx512(), ev_kernels_x86_avx512_fast(),
+#elif defined(__aarch64__)
+            ev_kernels_arm_neon(), ev_kernels_arm_neon_plain(),
+#endif
+        };
+        k = NULL;
+        for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
+            if (sets[i] && !strcmp(sets[i]->name, set_arg)) k = sets[i];
+        if (!k) {
+            fprintf(stderr, "kernel set %s: unknown or not supported by this CPU\n", set_arg);
+            return 2;
+        }
+    }
     printf("kernels: %s\n", k->name);
     const int32_t all_types[5] = {EV_TYPE_Q8_0, EV_TYPE_Q4_0, EV_TYPE_BF16, EV_TYPE_F16, EV_TYPE_F32};
     const int64_t shapes[3][2] = {{2048, 2048}, {2048, 6144}, {6144, 2048}};

@@ -12,8 +12,11 @@ from typing import Any
 
 from engine_common import PAUSE_S, REPO, cache_root, log, median
 
-ENGINES = ("edgevlm", "llama.cpp", "transformers")
-PEERS = ENGINES[1:]
+# edgevlm-fast: edgevlm with precision "fast" (llama.cpp's rounding of the prefill/ViT
+# activations, where the CPU has kernels for it), compared with the peers like edgevlm
+ENGINES = ("edgevlm", "edgevlm-fast", "llama.cpp", "transformers")
+OURS = ENGINES[:2]
+PEERS = ENGINES[2:]
 VISION_TYPE = {"q8_0": "q8_0", "q4_0": "f16", "bf16": "bf16", "f16": "f16", "f32": "f32"}
 WORKER_SCRIPT = Path(__file__).resolve().parent / "engine_workers.py"
 
@@ -172,13 +175,16 @@ def run_type(qtype: str, gguf: Path, checkpoint: Path, args: argparse.Namespace,
     finally:
         for w in workers.values():
             w.close()
-    # speed ratios edgevlm / peer (> 1: edgevlm faster), pair by pair
-    out["ratios"] = {}
-    if "edgevlm" in out["engines"]:
-        ours = out["engines"]["edgevlm"]["ops"]
+    # speed ratios edgevlm / peer (> 1: edgevlm faster), pair by pair; "ratios_fast" for
+    # edgevlm-fast
+    for mine, key in (("edgevlm", "ratios"), ("edgevlm-fast", "ratios_fast")):
+        out[key] = {}
+        if mine not in out["engines"]:
+            continue
+        ours = out["engines"][mine]["ops"]
         for peer in PEERS:
             if peer in out["engines"]:
                 theirs = out["engines"][peer]["ops"]
-                out["ratios"][peer] = {op: theirs[op]["ms"] / ours[op]["ms"] for op in args.ops
-                                       if ours[op]["ms"] and theirs[op]["ms"]}
+                out[key][peer] = {op: theirs[op]["ms"] / ours[op]["ms"] for op in args.ops
+                                  if ours[op]["ms"] and theirs[op]["ms"]}
     return out

@@ -11,39 +11,43 @@ import stage_cold
 import stage_threads
 import stage_ttft
 from engine_common import FLOOR, llama_python, log, op_fmt, op_label, op_value
-from engine_driver import ENGINES, PEERS
+from engine_driver import ENGINES, OURS, PEERS
 
 
 def markdown(report: dict[str, Any]) -> str:
     m, meta = report["machine"], report["meta"]
     peers = [p for p in PEERS if any(p in t["engines"] for t in report["types"])]
+    ours = [o for o in OURS if any(o in t["engines"] for t in report["types"])]
+    ratio_key = {"edgevlm": "ratios", "edgevlm-fast": "ratios_fast"}
     lines = [f"### Qwen3-VL-2B shape, {meta['threads']} threads — {meta['date']}", "",
              f"Machine: {m.get('Model name', '?')}, {m.get('cores')} cores "
              f"({', '.join(m.get('simd', []))}), {m.get('mem_total_gib', '?')} GiB; load "
              f"average {meta['loadavg_start'][0]:.2f} at start, {meta['loadavg_end'][0]:.2f} at "
              f"end. Medians of {meta['runs']} runs, engines alternating per measurement; "
              f"context {meta['ctx']}, prefill batch {meta['batch']}.", ""]
-    head = "| type | measurement | edgevlm |"
-    rule = "|---|---|---|"
+    head = "| type | measurement |" + "".join(f" {o} |" for o in ours)
+    rule = "|---|---|" + "---|" * len(ours)
     for p in peers:
-        head += f" {p} | edgevlm / {p} |"
-        rule += "---|---|"
+        head += f" {p} |" + "".join(f" {o} / {p} |" for o in ours)
+        rule += "---|" * (1 + len(ours))
     if report["types"]:
         lines += [head, rule]
     for t in report["types"]:
         eng = t["engines"]
         for op in meta["ops"]:
-            e = eng.get("edgevlm", {}).get("ops", {}).get(op)
             label = op_label(op)
             if op.startswith("vit"):
                 counts = {eng[x]["ops"][op]["image_tokens"] for x in eng
                           if "image_tokens" in eng[x]["ops"].get(op, {})}
                 label += ", " + "/".join(f"{c:.0f}" for c in sorted(counts)) + " tok"
-            row = f"| {t['type']} | {label} | {op_fmt(e, op)} |"
+            row = f"| {t['type']} | {label} |" + "".join(
+                f" {op_fmt(eng.get(o, {}).get('ops', {}).get(op), op)} |" for o in ours)
             for p in peers:
-                r = t.get("ratios", {}).get(p, {}).get(op)
-                rs = "" if r is None else (f"**{r:.2f}**" if r < FLOOR else f"{r:.2f}")
-                row += f" {op_fmt(eng.get(p, {}).get('ops', {}).get(op), op)} | {rs} |"
+                row += f" {op_fmt(eng.get(p, {}).get('ops', {}).get(op), op)} |"
+                for o in ours:
+                    r = t.get(ratio_key[o], {}).get(p, {}).get(op)
+                    rs = "" if r is None else (f"**{r:.2f}**" if r < FLOOR else f"{r:.2f}")
+                    row += f" {rs} |"
             lines.append(row)
 
         def mem(x: dict[str, Any]) -> str:
@@ -51,13 +55,16 @@ def markdown(report: dict[str, Any]) -> str:
                 return "—"
             return f"{x['rss_after_load_mib']:.0f} / {x['peak_rss_mib']:.0f}"
 
-        row = f"| {t['type']} | RSS after load / peak (MiB) | {mem(eng.get('edgevlm', {}))} |"
+        row = f"| {t['type']} | RSS after load / peak (MiB) |" + "".join(
+            f" {mem(eng.get(o, {}))} |" for o in ours)
         for p in peers:
-            row += f" {mem(eng.get(p, {}))} | |"
+            row += f" {mem(eng.get(p, {}))} |" + " |" * len(ours)
         lines.append(row)
     if report["types"]:
         lines += ["", "Ratios are speed ratios edgevlm / peer (> 1: edgevlm faster); **bold**: "
-                  f"below the {FLOOR} floor. Vision tower storage: "
+                  f"below {FLOOR} (issue 6's targets). edgevlm: precision exact (default); "
+                  "edgevlm-fast: precision fast (llama.cpp's rounding of prefill/ViT "
+                  "activations). Vision tower storage: "
                   + ", ".join(f"{t['type']} → {t['vision_type']}" for t in report["types"])
                   + " (transformers: the bf16 checkpoint).", ""]
     lines += stage_sections(report)
@@ -123,7 +130,8 @@ def _plot_engine(report: dict[str, Any], path: Path, plt: Any) -> None:
     engines = [e for e in ENGINES if any(e in t["engines"] for t in report["types"])]
     fig, axes = plt.subplots(1, len(ops), figsize=(3.3 * len(ops), 4.0), squeeze=False)
     width = 0.8 / len(engines)
-    colors = {"edgevlm": "#1f77b4", "llama.cpp": "#ff7f0e", "transformers": "#2ca02c"}
+    colors = {"edgevlm": "#1f77b4", "edgevlm-fast": "#9ecae1", "llama.cpp": "#ff7f0e",
+              "transformers": "#2ca02c"}
     for ax, op in zip(axes[0], ops, strict=True):
         for k, engine in enumerate(engines):
             xs, vals = [], []

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The engine bench's worker process: loads one engine on one model and answers requests.
 
-    python bench/engine_workers.py --worker edgevlm|llamacpp|transformers --gguf-dir DIR
+    python bench/engine_workers.py --worker edgevlm|edgevlm-fast|llamacpp|transformers --gguf-dir DIR
         --threads N --ctx N --batch N
 
 Started by :class:`engine_driver.WorkerProc` (edgevlm and transformers with the project's
@@ -91,8 +91,9 @@ class _EdgevlmWorker(_Worker):
 
         self.np = np
         t0 = time.perf_counter()
+        self.precision = "fast" if args.worker == "edgevlm-fast" else "exact"
         self.engine = Engine.load(args.gguf_dir, threads=args.threads, context=args.ctx,
-                                  batch=args.batch)
+                                  batch=args.batch, precision=self.precision)
         self.load_ms = (time.perf_counter() - t0) * 1e3
         self.session = self.engine.session
         self.logits = np.empty(self.session.n_vocab, dtype=np.float32)
@@ -108,6 +109,7 @@ class _EdgevlmWorker(_Worker):
                 "build": self.build, "load_ms": self.load_ms, "python": sys.version.split()[0],
                 "settings": {"threads": self.args.threads, "n_ctx": self.args.ctx,
                              "n_batch": self.args.batch, "kv": "f32 (Engine default)",
+                             "precision": self.precision,
                              "max_patches": self.session.max_patches}}
 
     def prefill(self, tokens: list[int]) -> None:
@@ -461,7 +463,7 @@ class _TransformersWorker(_Worker):
             self.model.model.visual(values, grid_thw=grid)
 
 
-WORKERS = {"edgevlm": _EdgevlmWorker, "llamacpp": _LlamaWorker,
+WORKERS = {"edgevlm": _EdgevlmWorker, "edgevlm-fast": _EdgevlmWorker, "llamacpp": _LlamaWorker,
            "transformers": _TransformersWorker}
 
 

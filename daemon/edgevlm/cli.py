@@ -112,7 +112,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     content.append({"type": "text", "text": args.prompt})
     try:
         print(f"edgevlm run: loading {args.model} ...", file=sys.stderr)
-        engine = Engine.load(args.model, threads=args.threads, context=args.context)
+        engine = Engine.load(args.model, threads=args.threads, context=args.context,
+                             precision=args.precision)
         print(f"edgevlm run: loaded {engine.name} in {engine.load_ms:.0f} ms", file=sys.stderr)
         stream = None if args.json else (lambda t: (sys.stdout.write(t), sys.stdout.flush()))
         params: dict[str, Any] = {"temperature": args.temperature, "seed": args.seed,
@@ -167,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--threads", type=int, default=4)
     p.add_argument("--context", type=int, default=4096)
+    p.add_argument("--precision", choices=["exact", "fast"], default="exact",
+                   help="prefill/vision arithmetic: exact (default) or fast (llama.cpp's "
+                   "rounding of activations, faster on AVX-512)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--logits-out", metavar="FILE.npy",
                    help="write float32 [steps, vocab] logits of every generated step")

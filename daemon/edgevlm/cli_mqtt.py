@@ -31,7 +31,8 @@ _SERVE_FLAGS = {"mqtt_host": "mqtt.host", "mqtt_port": "mqtt.port",
                 "mqtt_username": "mqtt.username", "base_topic": "mqtt.base_topic",
                 "node_id": "mqtt.node_id", "client_id": "mqtt.client_id",
                 "protocol": "mqtt.protocol", "model": "model.path", "threads": "model.threads",
-                "context": "model.context", "max_queue": "limits.max_queue"}
+                "context": "model.context", "precision": "model.precision",
+                "max_queue": "limits.max_queue"}
 
 
 def serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -176,6 +177,7 @@ def add_mqtt_commands(sub: Any) -> None:
                    "bundled demo model)")
     p.add_argument("--threads", type=int)
     p.add_argument("--context", type=int)
+    p.add_argument("--precision", choices=["exact", "fast"], help="model.precision")
     p.add_argument("--max-queue", type=int)
     p.add_argument("--no-discovery", action="store_true", help="no Home Assistant discovery")
     p.add_argument("--no-zeroconf", action="store_true", help="no zeroconf announcement")

@@ -72,6 +72,10 @@ class ModelConfig(_Section):
     family: str = "qwen3-vl"
     threads: int = Field(default=4, ge=1, le=256)
     context: int = Field(default=4096, ge=256, le=262144)
+    precision: Literal["exact", "fast"] = Field(
+        default="exact", description="arithmetic of prefill and the vision tower: exact "
+        "(within ~1e-5 of float32) or fast (activations rounded as llama.cpp does where the "
+        "CPU makes that faster, e.g. AVX-512: ~1.5-2x the prefill speed)")
     min_pixels: int | None = Field(default=None, ge=1)
     max_pixels: int | None = Field(default=1_003_520, ge=1, description="deployment cap on the "
                                    "pixels an image is resized to (~980 tokens for Qwen3-VL)")

@@ -44,8 +44,13 @@ typedef enum edgevlm_kv_type {
 } edgevlm_kv_type;
 
 typedef enum edgevlm_kernel_mode {
-    EDGEVLM_KERNELS_BEST = 0,      /* the fastest kernels this CPU supports */
-    EDGEVLM_KERNELS_SCALAR = 1     /* the scalar reference kernels (for tests) */
+    EDGEVLM_KERNELS_BEST = 0,      /* the fastest kernels this CPU supports at full precision:
+                                      many-token products within ~1e-5 of float32 */
+    EDGEVLM_KERNELS_SCALAR = 1,    /* the scalar reference kernels (for tests) */
+    EDGEVLM_KERNELS_FAST = 2       /* BEST, but many-token products (prefill, the ViT) round
+                                      their activations as llama.cpp does where that is faster
+                                      (AVX-512: Q8_0 for Q8_0/Q4_0 weights, bf16 for BF16);
+                                      the same as BEST elsewhere */
 } edgevlm_kernel_mode;
 
 typedef struct edgevlm_model edgevlm_model;
@@ -145,7 +150,8 @@ void edgevlm_session_free(edgevlm_session *session);
 const char *edgevlm_session_error(const edgevlm_session *session);
 /* Requests that the running call of this session stop; safe from any thread. */
 void edgevlm_session_cancel(edgevlm_session *session);
-/* Selects the kernels (tests compare the scalar reference with the SIMD ones). */
+/* Selects the kernels, an edgevlm_kernel_mode (BEST at creation; FAST trades precision of
+ * the many-token products for speed; tests compare SCALAR with the others). */
 edgevlm_status edgevlm_session_set_kernels(edgevlm_session *session, int32_t mode);
 /* Seeds the session's random generator (sampling with temperature > 0 is then reproducible). */
 void edgevlm_session_set_seed(edgevlm_session *session, uint64_t seed);
@@ -209,7 +215,8 @@ edgevlm_status edgevlm_sample(edgevlm_session *session, float *logits,
  * thread-safe; out holds garbage after a failure.
  *   text           char [text_len] (need not be NUL-terminated; NULL when text_len == 0)
  *   out            uint8 [out_cap]; *out_len = the decoded length
- *   kernels        edgevlm_kernel_mode: the CPU's best SIMD decoder, or the scalar reference
+ *   kernels        edgevlm_kernel_mode: the CPU's best SIMD decoder (BEST or FAST), or the
+ *                  scalar reference (SCALAR)
  * EDGEVLM_ERR_INVALID_INPUT: not strict base64; *error_offset = the offset of the first
  *   character that cannot be where it is (text_len when the length is not a multiple of 4).
  * EDGEVLM_ERR_ARGUMENT: a NULL, an unknown mode, or out_cap too small (*out_len = the room
@@ -222,6 +229,10 @@ const char *edgevlm_base64_kernels(int32_t kernels);
 
 /* A short static description of the build: version, SIMD paths compiled in. */
 const char *edgevlm_build_info(void);
+/* The name of the kernel set a mode selects on this CPU ("avx512-vnni", "avx2", "scalar",
+ * ...; FAST names the same set as BEST where the CPU has no faster rounding), NULL for an
+ * unknown mode. */
+const char *edgevlm_kernels_name(int32_t mode);
 
 #ifdef __cplusplus
 }

@@ -118,7 +118,8 @@ edgevlm_status edgevlm_base64_decode(const char *text, size_t text_len, uint8_t 
                                      size_t out_cap, int32_t kernels, size_t *out_len,
                                      size_t *error_offset) {
     if (!out_len || !error_offset || (text_len && !text) ||
-        (kernels != EDGEVLM_KERNELS_BEST && kernels != EDGEVLM_KERNELS_SCALAR))
+        (kernels != EDGEVLM_KERNELS_BEST && kernels != EDGEVLM_KERNELS_SCALAR &&
+         kernels != EDGEVLM_KERNELS_FAST))
         return EDGEVLM_ERR_ARGUMENT;
     *out_len = 0;
     *error_offset = 0;

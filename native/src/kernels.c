@@ -5,7 +5,10 @@
  *  1. For Q8_0/Q4_0 weights and fewer than EV_MATMUL_FLOAT_MIN_TOK tokens the activations
  *     are quantised to Q8_0 once, into scratch (tokens split across the pool when there are
  *     several), with their scales also as float32. From that many tokens on, every weight
- *     type runs the kernel set's gemm_dq on the float32 activations.
+ *     type runs the kernel set's gemm_dq on the float32 activations, except where the set
+ *     has integer products for Q8_0/Q4_0 weights (gemm_q8x: activations quantised as for
+ *     decode, with each block's sum; else gemm_q16x: activations as int16 blocks) or a
+ *     bf16 product for BF16 weights (gemm_bf16x).
  *  2. The pool splits the output rows into one contiguous chunk per thread, in multiples of
  *     16 rows (64 bytes of every output row: no two threads write one cache line when n_out is
  *     a multiple of 16). Each thread streams its weight rows once per token block.
@@ -19,13 +22,23 @@
 
 const ev_kernels *ev_kernels_best(void) {
 #if defined(__x86_64__)
-    const ev_kernels *k = ev_kernels_x86_avx2();
+    const ev_kernels *k = ev_kernels_x86_avx512();
+    if (k) return k;
+    k = ev_kernels_x86_avx2();
     if (k) return k;
 #elif defined(__aarch64__)
     const ev_kernels *k = ev_kernels_arm_neon();
     if (k) return k;
 #endif
     return ev_kernels_scalar();
+}
+
+const ev_kernels *ev_kernels_fast(void) {
+#if defined(__x86_64__)
+    const ev_kernels *k = ev_kernels_x86_avx512_fast();
+    if (k) return k;
+#endif
+    return ev_kernels_best();
 }
 
 /* ---- the matrix product ---------------------------------------------------------------- */
@@ -40,16 +53,30 @@ typedef struct matmul_job {
     const float *x;                      /* float32 [n_tok][n_in] (quantisation source) */
     ev_block_q8_0 *xq;                   /* [n_tok][n_in/32] */
     float *xq_scale;                     /* [n_tok][n_in/32] */
+    int32_t *xq_sum;                     /* [n_tok][n_in/32] (gemm_q8x) or NULL */
+    int16_t *xq16;                       /* [n_tok][n_in/32][32] (gemm_q16x) or NULL */
 } matmul_job;
 
 static void quantize_tokens(void *ctx, int64_t t0, int64_t t1, int tid) {
     (void)tid;
     const matmul_job *j = ctx;
     const int64_t nb = j->a.n_in / EV_QK;
+    if (j->xq16) {
+        for (int64_t t = t0; t < t1; t++)
+            j->k->quantize_i16(j->x + t * j->a.n_in, j->xq16 + t * nb * EV_QK,
+                               j->xq_scale + t * nb, j->a.n_in);
+        return;
+    }
     for (int64_t t = t0; t < t1; t++) {
         ev_block_q8_0 *q = j->xq + t * nb;
         j->k->quantize_q8_0(j->x + t * j->a.n_in, q, j->a.n_in);
         for (int64_t b = 0; b < nb; b++) j->xq_scale[t * nb + b] = ev_fp16_to_f32(q[b].d);
+        if (!j->xq_sum) continue;
+        for (int64_t b = 0; b < nb; b++) {
+            int32_t s = 0;
+            for (int i = 0; i < EV_QK; i++) s += q[b].qs[i];
+            j->xq_sum[t * nb + b] = s;
+        }
     }
 }
 
@@ -74,7 +101,10 @@ static void matmul_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
     if (j->a.n_tok >= EV_MATMUL_FLOAT_MIN_TOK) {
         ev_gemm_args a = j->a;
         a.pack = j->a.pack + (int64_t)tid * EV_GEMM_PACK_FLOATS;
-        j->k->gemm_dq[j->wtype](&a, r0, r1);
+        if (j->xq_sum) j->k->gemm_q8x[j->wtype](&a, r0, r1);
+        else if (j->xq16) j->k->gemm_q16x[j->wtype](&a, r0, r1);
+        else if (j->k->gemm_bf16x[j->wtype]) j->k->gemm_bf16x[j->wtype](&a, r0, r1);
+        else j->k->gemm_dq[j->wtype](&a, r0, r1);
         return;
     }
     ev_gemm_fn gemm = j->k->gemm[j->wtype];
@@ -89,22 +119,53 @@ static size_t align64(size_t n) {
     return (n + 63) & ~(size_t)63;
 }
 
+/* Quantised activations of n_tok tokens: Q8_0 blocks (34 bytes), or int16 blocks (64 bytes,
+ * wide), then the float scales, then the int32 sums (Q8_0 for gemm_q8x). */
+static size_t quant_bytes(int64_t n_in, int64_t n_tok, int wide) {
+    uint64_t blocks = (uint64_t)(n_in / EV_QK);
+    if (n_tok != 0 && blocks > (uint64_t)(SIZE_MAX / 128) / (uint64_t)n_tok) return SIZE_MAX;
+    blocks *= (uint64_t)n_tok;             /* (64 + 4 + 4) bytes each plus padding, no overflow */
+    const size_t qs = wide ? 64 : sizeof(ev_block_q8_0);
+    return align64((size_t)blocks * qs) + 2 * align64((size_t)blocks * 4);
+}
+
 size_t ev_matmul_scratch_bytes(int32_t wtype, int64_t n_in, int64_t n_tok, int n_threads) {
     const ev_type_traits *t = ev_type_get(wtype);
     if (!t || n_in < 0 || n_tok < 0 || n_threads < 1 || n_in % t->block_size != 0) return SIZE_MAX;
     if (n_tok >= EV_MATMUL_FLOAT_MIN_TOK) {  /* the packing buffers of the many-token path */
         const size_t pack = sizeof(float) * (size_t)EV_GEMM_PACK_FLOATS;
         if ((size_t)n_threads > SIZE_MAX / pack) return SIZE_MAX;
-        size_t quant = ev_matmul_scratch_bytes(wtype, n_in, EV_MATMUL_FLOAT_MIN_TOK - 1, 1);
-        if (quant == SIZE_MAX) return SIZE_MAX;
         size_t many = pack * (size_t)n_threads;
-        return many > quant ? many : quant;     /* decode-sized calls reuse the same bytes */
+        if (!t->quantized) return many;
+        size_t quant = quant_bytes(n_in, n_tok, 1);  /* gemm_q16x's / q8x's after the packs */
+        if (quant == SIZE_MAX || quant > SIZE_MAX - many) return SIZE_MAX;
+        return many + quant;               /* decode-sized calls reuse the same bytes */
     }
     if (!t->quantized) return 0;
-    uint64_t blocks = (uint64_t)(n_in / EV_QK);
-    if (n_tok != 0 && blocks > (uint64_t)(SIZE_MAX / 64) / (uint64_t)n_tok) return SIZE_MAX;
-    blocks *= (uint64_t)n_tok;             /* (34 + 4) bytes each plus padding, no overflow */
-    return align64((size_t)blocks * sizeof(ev_block_q8_0)) + align64((size_t)blocks * 4);
+    return quant_bytes(n_in, n_tok, 0);
+}
+
+/* Points j's quantised activations into scratch ([n_tok][nb] Q8_0 or int16 blocks, then
+ * scales, then sums) and quantises the tokens, split across the pool when there are several.
+ * kind: 0 Q8_0, 1 Q8_0 with sums (gemm_q8x), 2 int16 (gemm_q16x). */
+static void quantize_into(matmul_job *j, ev_pool *p, uint8_t *scratch, int kind) {
+    const int64_t nb = j->a.n_in / EV_QK, n_tok = j->a.n_tok;
+    const size_t qs = kind == 2 ? 64 : sizeof(ev_block_q8_0);
+    const size_t blocks = align64((size_t)(nb * n_tok) * qs);
+    const size_t floats = align64((size_t)(nb * n_tok) * 4);
+    j->xq = kind == 2 ? NULL : (ev_block_q8_0 *)scratch;
+    j->xq16 = kind == 2 ? (int16_t *)scratch : NULL;
+    j->xq_scale = (float *)(scratch + blocks);
+    j->xq_sum = kind == 1 ? (int32_t *)(scratch + blocks + floats) : NULL;
+    j->a.x = scratch;
+    j->a.x_stride = nb * (int64_t)qs;
+    j->a.x_scale = j->xq_scale;
+    j->a.x_sum = j->xq_sum;
+    if (n_tok > 1) {
+        ev_pool_for(p, n_tok, 1, quantize_tokens, j);
+    } else {
+        quantize_tokens(j, 0, 1, 0);
+    }
 }
 
 void ev_matmul(ev_pool *pool, const ev_kernels *k, int32_t wtype, const void *w,
@@ -129,23 +190,18 @@ void ev_matmul(ev_pool *pool, const ev_kernels *k, int32_t wtype, const void *w,
     j.a.w_type = wtype;
     const int64_t macs = n_out * n_in * n_tok;
     ev_pool *p = macs < SMALL_MATMUL_MACS ? NULL : pool;
-    if (n_tok >= EV_MATMUL_FLOAT_MIN_TOK) {
+    const int many = n_tok >= EV_MATMUL_FLOAT_MIN_TOK;
+    if (many && t->quantized && (k->gemm_q8x[wtype] || k->gemm_q16x[wtype])) {
+        j.a.pack = scratch;                    /* threads pack; the activations follow */
+        quantize_into(&j, p, (uint8_t *)scratch + sizeof(float) * (size_t)EV_GEMM_PACK_FLOATS *
+                                                      (size_t)ev_pool_n_threads(pool),
+                      k->gemm_q8x[wtype] ? 1 : 2);
+    } else if (n_tok >= EV_MATMUL_FLOAT_MIN_TOK) {
         j.a.x = (const uint8_t *)x;            /* float rows; threads pack from scratch */
         j.a.x_stride = n_in * (int64_t)sizeof(float);
         j.a.pack = scratch;
     } else if (t->quantized) {
-        const int64_t nb = n_in / EV_QK;
-        j.xq = scratch;                    /* [n_tok][nb] blocks, then [n_tok][nb] floats */
-        j.xq_scale = (float *)((uint8_t *)scratch +
-                               align64((size_t)(nb * n_tok) * sizeof(ev_block_q8_0)));
-        j.a.x = scratch;
-        j.a.x_stride = nb * (int64_t)sizeof(ev_block_q8_0);
-        j.a.x_scale = j.xq_scale;
-        if (n_tok > 1) {
-            ev_pool_for(p, n_tok, 1, quantize_tokens, &j);
-        } else {
-            quantize_tokens(&j, 0, 1, 0);
-        }
+        quantize_into(&j, p, scratch, 0);
     } else {
         j.a.x = (const uint8_t *)x;
         j.a.x_stride = n_in * (int64_t)sizeof(float);

@@ -2,8 +2,9 @@
  * kernels.h - the compute kernels of the core: matrix products over quantised or float
  * weights, and the row operations of the transformer.
  *
- * Two kernel sets exist: the scalar reference (always compiled, plain C) and the best SIMD set
- * for the CPU (AVX2/FMA/F16C on x86-64, NEON + dotprod on aarch64), chosen at run time.
+ * Kernel sets: the scalar reference (always compiled, plain C) and the SIMD sets (AVX2/FMA/F16C
+ * and AVX-512 VNNI on x86-64, NEON + dotprod on aarch64); the best the CPU runs is chosen at
+ * run time.
  * Tests run both and compare. Weight matrices are ggml rows: W[n_out][n_in] in the weight's
  * type, exactly as they lie in the GGUF map.
  */
@@ -31,6 +32,8 @@ typedef struct ev_gemm_args {
     int64_t x_stride;      /* bytes per activation row */
     const float *x_scale;  /* [n_tok][n_in/32] the Q8_0 activation scales as float32, or NULL
                               for float weights */
+    const int32_t *x_sum;  /* [n_tok][n_in/32] the sum of each activation block's 32 int8
+                              values (gemm_q8x only), or NULL */
     const float *bias;     /* [n_out] or NULL */
     float *y;              /* [n_tok][n_out] */
     int64_t n_out, n_in, n_tok;
@@ -96,19 +99,39 @@ typedef struct ev_kernels {
      * every type dequantised exactly, float sums. ev_matmul uses it from
      * EV_MATMUL_FLOAT_MIN_TOK tokens on, in every kernel set (it must not be NULL). */
     ev_gemm_fn gemm_dq[EV_TYPE_MAX + 1];
+    /* Many-token products of Q8_0/Q4_0 weights on integer activations, where the CPU has
+     * integer dot products that outrun float FMAs (AVX-512 VNNI); ev_matmul prefers them to
+     * gemm_dq from EV_MATMUL_FLOAT_MIN_TOK tokens on (pack: this thread's
+     * EV_GEMM_PACK_FLOATS buffer). NULL: gemm_dq.
+     *  gemm_q16x: x = [n_tok][n_in/32][32] int16 from quantize_i16, x_scale their scales;
+     *             within ~1e-5 of gemm_dq (the default sets).
+     *  gemm_q8x:  x = Q8_0 blocks with x_scale and x_sum: ggml's arithmetic, the fastest and
+     *             least exact (only in the "fast" sets, EDGEVLM_KERNELS_FAST). */
+    ev_gemm_fn gemm_q16x[EV_TYPE_MAX + 1];
+    void (*quantize_i16)(const float *x, int16_t *q, float *d, int64_t n);  /* d[n/32] */
+    ev_gemm_fn gemm_q8x[EV_TYPE_MAX + 1];
+    /* The many-token product of BF16 weights on the float activations rounded to bf16 (same
+     * arguments as gemm_dq), as llama.cpp does: only in the "fast" sets. NULL: gemm_dq. */
+    ev_gemm_fn gemm_bf16x[EV_TYPE_MAX + 1];
 } ev_kernels;
 
 /* From this many tokens on, ev_matmul multiplies float32 activations with the dequantised
- * weights (prefill chunks, the ViT); below it, decode-sized products run against Q8_0
- * activations for Q8_0/Q4_0 weights (ggml's arithmetic, memory-bound anyway). */
+ * weights (prefill chunks, the ViT), or integer activations with integer dot products where
+ * the kernel set has gemm_q16x / gemm_q8x, or bf16-rounded ones where it has gemm_bf16x; below it, decode-sized products run against Q8_0 activations for
+ * Q8_0/Q4_0 weights (ggml's arithmetic, memory-bound anyway). */
 #define EV_MATMUL_FLOAT_MIN_TOK 16
 
 const ev_kernels *ev_kernels_scalar(void);
 const ev_kernels *ev_kernels_best(void);   /* the scalar set when no SIMD path applies */
+/* The best set's "fast" variant (llama.cpp's rounding of the many-token products'
+ * activations: Q8_0 for Q8_0/Q4_0 weights, bf16 for BF16), or the best set when it has none. */
+const ev_kernels *ev_kernels_fast(void);
 /* The SIMD sets, each NULL when the running CPU lacks its extensions (and only declared on
  * the architecture it is compiled for): src/arch/x86_avx2.c, src/arch/arm_neon.c. */
 #if defined(__x86_64__)
 const ev_kernels *ev_kernels_x86_avx2(void);    /* AVX2 + FMA + F16C */
+const ev_kernels *ev_kernels_x86_avx512(void);       /* the AVX2 set + AVX-512 VNNI kernels */
+const ev_kernels *ev_kernels_x86_avx512_fast(void);  /* that + the "fast" kernels (+ BF16) */
 #endif
 #if defined(__aarch64__)
 const ev_kernels *ev_kernels_arm_neon(void);    /* NEON, with SDOT when the CPU has dotprod */
@@ -121,7 +144,8 @@ const ev_kernels *ev_kernels_arm_neon_plain(void);  /* NEON without SDOT (tests,
  * 64-byte aligned (the quantised activations of decode-sized products, or the per-thread
  * packing buffers of many-token ones). Threads split the output rows.
  * Q8_0/Q4_0 weights: fewer than EV_MATMUL_FLOAT_MIN_TOK tokens run against Q8_0-quantised
- * activations, more against the float32 activations (see gemm_dq). */
+ * activations, more against the float32 activations (see gemm_dq), or against int16 / Q8_0
+ * ones where the kernel set has gemm_q16x / gemm_q8x. */
 void ev_matmul(ev_pool *pool, const ev_kernels *k, int32_t wtype, const void *w,
                const float *bias, int64_t n_out, int64_t n_in, const float *x, int64_t n_tok,
                float *y, void *scratch);

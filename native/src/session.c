@@ -152,6 +152,7 @@ edgevlm_status edgevlm_session_set_kernels(edgevlm_session *s, int32_t mode) {
     if (!s) return EDGEVLM_ERR_ARGUMENT;
     if (mode == EDGEVLM_KERNELS_BEST) s->kernels = ev_kernels_best();
     else if (mode == EDGEVLM_KERNELS_SCALAR) s->kernels = ev_kernels_scalar();
+    else if (mode == EDGEVLM_KERNELS_FAST) s->kernels = ev_kernels_fast();
     else return ev_fail(s, EDGEVLM_ERR_ARGUMENT, "unknown kernel mode %d", mode);
     return EDGEVLM_OK;
 }
@@ -233,8 +234,18 @@ edgevlm_status edgevlm_decode(edgevlm_session *s, int32_t token, int32_t positio
 }
 
 const char *edgevlm_build_info(void) {
-    static char info[128];
+    static char info[160];
     if (!info[0])
-        snprintf(info, sizeof info, "edgevlm core 0.1.0; kernels: %s", ev_kernels_best()->name);
+        snprintf(info, sizeof info, "edgevlm core 0.1.0; kernels: %s; fast: %s",
+                 ev_kernels_best()->name, ev_kernels_fast()->name);
     return info;
+}
+
+const char *edgevlm_kernels_name(int32_t mode) {
+    switch (mode) {
+    case EDGEVLM_KERNELS_BEST: return ev_kernels_best()->name;
+    case EDGEVLM_KERNELS_SCALAR: return ev_kernels_scalar()->name;
+    case EDGEVLM_KERNELS_FAST: return ev_kernels_fast()->name;
+    default: return NULL;
+    }
 }

@@ -14,11 +14,17 @@
 static unsigned long long seed = 12345;
 
 /* every SIMD set this machine can run: the best one, and on aarch64 also plain NEON */
-static int simd_sets(const ev_kernels *out[2]) {
+/* Every SIMD set this CPU runs (at most MAX_SIMD_SETS): the best, its "fast" variant, and the
+ * older sets the best one builds on, so that an AVX-512 machine still tests the AVX2 set. */
+#define MAX_SIMD_SETS 3
+static int simd_sets(const ev_kernels *out[MAX_SIMD_SETS]) {
     int n = 0;
     out[n++] = ev_kernels_best();
+    if (ev_kernels_fast() != out[0]) out[n++] = ev_kernels_fast();
 #if defined(__aarch64__)
     if (ev_kernels_arm_neon_plain() != out[0]) out[n++] = ev_kernels_arm_neon_plain();
+#elif defined(__x86_64__)
+    if (ev_kernels_x86_avx2() && ev_kernels_x86_avx2() != out[0]) out[n++] = ev_kernels_x86_avx2();
 #endif
     return n;
 }
@@ -241,7 +247,7 @@ static void test_vit_kernels(const ev_kernels *k) {
 }
 
 static void test_simd_sets_against_scalar(void) {
-    const ev_kernels *sets[2];
+    const ev_kernels *sets[MAX_SIMD_SETS];
     int n = simd_sets(sets);
     for (int i = 0; i < n; i++) {
         vec_dot_simd_vs_scalar(sets[i]);
@@ -254,6 +260,17 @@ static void test_simd_sets_against_scalar(void) {
 }
 
 /* ---- ev_matmul ------------------------------------------------------------------------- */
+
+/* x as gemm_q16x sees it: each block of 32 rounded (to nearest even) to int16 steps of
+ * amax / 32767 */
+static void round_i16(const float *x, float *xf, int64_t n) {
+    for (int64_t b = 0; b < n / 32; b++) {
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b * 32 + i]));
+        const float d = amax / 32767.0f, id = amax > 0.0f ? 32767.0f / amax : 0.0f;
+        for (int i = 0; i < 32; i++) xf[b * 32 + i] = rintf(x[b * 32 + i] * id) * d;
+    }
+}
 
 static int check_matmul(ev_pool *pool, const ev_kernels *k, int32_t type, int64_t n_out,
                         int64_t n_in, int64_t n_tok, int with_bias) {
@@ -271,15 +288,24 @@ static int check_matmul(ev_pool *pool, const ev_kernels *k, int32_t type, int64_
     for (int64_t i = 0; i < n_out * n_tok; i++) y[i] = NAN;     /* every output is written */
     ev_matmul(pool, k, type, w, with_bias ? bias : NULL, n_out, n_in, x, n_tok, y, scratch);
     int bad = 0;
-    /* decode-sized products with quantised weights quantise the activations to Q8_0 */
-    const int quant = ev_type_get(type)->quantized && n_tok < EV_MATMUL_FLOAT_MIN_TOK;
+    /* decode-sized products with quantised weights quantise the activations to Q8_0, and so
+     * do many-token ones in a kernel set with gemm_q8x */
+    const int quant = ev_type_get(type)->quantized &&
+                      (n_tok < EV_MATMUL_FLOAT_MIN_TOK || k->gemm_q8x[type] != NULL);
+    const int bf16x = n_tok >= EV_MATMUL_FLOAT_MIN_TOK && k->gemm_bf16x[type] != NULL;
+    const int q16x = !quant && n_tok >= EV_MATMUL_FLOAT_MIN_TOK && k->gemm_q16x[type] != NULL;
     for (int64_t t = 0; t < n_tok; t++) {
         /* the reference multiplies what the kernel multiplies: for quantised weights the
          * activations after Q8_0 quantisation (a separate loose check below covers that),
-         * from EV_MATMUL_FLOAT_MIN_TOK tokens on the float activations themselves */
+         * from EV_MATMUL_FLOAT_MIN_TOK tokens on the float activations themselves, unless
+         * gemm_q8x, gemm_q16x or gemm_bf16x runs */
         if (quant) {
             ev_quantize_row_q8_0(x + t * n_in, xq, n_in);
             ev_row_to_f32(EV_TYPE_Q8_0, xq, xf, n_in);
+        } else if (q16x) {    /* gemm_q16x: int16 blocks of 32, d = amax / 32767 */
+            round_i16(x + t * n_in, xf, n_in);
+        } else if (bf16x) {   /* gemm_bf16x rounds the activations to bf16 */
+            for (int64_t i = 0; i < n_in; i++) xf[i] = ev_bf16_to_f32(ev_f32_to_bf16(x[t * n_in + i]));
         } else {
             memcpy(xf, x + t * n_in, (size_t)n_in * 4);
         }
@@ -306,7 +332,7 @@ static int check_matmul(ev_pool *pool, const ev_kernels *k, int32_t type, int64_
 }
 
 static void test_matmul_against_double_reference(void) {
-    const ev_kernels *sets[3] = {ev_kernels_scalar()};
+    const ev_kernels *sets[1 + MAX_SIMD_SETS] = {ev_kernels_scalar()};
     const int n_sets = 1 + simd_sets(sets + 1);
     ev_pool *pools[2] = {ev_pool_new(1), ev_pool_new(3)};
     CHECK(pools[0] && pools[1]);
@@ -350,7 +376,7 @@ static void test_matmul_against_double_reference(void) {
  * +7, -8) against x = +-1 (quantised to +-127): per block |sum q x| and |8 sum x| are at
  * their largest, so int16 partial sums that overflowed would show. Exact: y = n_in (q - 8) x. */
 static void test_q4_decode_extremes(void) {
-    const ev_kernels *sets[3] = {ev_kernels_scalar()};
+    const ev_kernels *sets[1 + MAX_SIMD_SETS] = {ev_kernels_scalar()};
     const int n_sets = 1 + simd_sets(sets + 1);
     const int64_t n_ins[] = {256, 288, 2112, 6144};   /* whole groups of 8 blocks, and tails */
     for (size_t ni = 0; ni < sizeof n_ins / sizeof n_ins[0]; ni++) {
@@ -384,23 +410,35 @@ static void test_q4_decode_extremes(void) {
 
 static void test_matmul_sets_agree_and_null_pool(void) {
     /* scalar and SIMD on the same data agree; a NULL pool runs on the caller */
-    for (int ti = 0; ti < 5; ti++) {
-        int32_t type = TYPES[ti];
-        const int64_t n_out = 48, n_in = 512, n_tok = 19;      /* the many-token path */
-        uint8_t *w = malloc((size_t)(ev_row_bytes(type, n_in) * n_out));
-        float x[512 * 19], y0[48 * 19], y1[48 * 19];
-        make_weights(type, w, n_out, n_in);
-        fill(x, n_in * n_tok, 1.0f);
-        size_t sb = ev_matmul_scratch_bytes(type, n_in, n_tok, 1);
-        void *scratch = sb ? aligned_alloc(64, (sb + 63) / 64 * 64) : NULL;
-        ev_matmul(NULL, ev_kernels_scalar(), type, w, NULL, n_out, n_in, x, n_tok, y0, scratch);
-        ev_matmul(NULL, ev_kernels_best(), type, w, NULL, n_out, n_in, x, n_tok, y1, scratch);
-        int bad = 0;
-        for (int i = 0; i < n_out * n_tok; i++) bad += fabsf(y0[i] - y1[i]) > 1e-3f;
-        CHECK_MSG(bad == 0, "%s: scalar and %s differ in %d outputs", ev_type_get(type)->name,
-                  ev_kernels_best()->name, bad);
-        free(w);
-        free(scratch);
+    const ev_kernels *sets[MAX_SIMD_SETS];
+    const int n_sets = simd_sets(sets);
+    for (int si = 0; si < n_sets; si++) {
+        const ev_kernels *k = sets[si];
+        for (int ti = 0; ti < 5; ti++) {
+            int32_t type = TYPES[ti];
+            const int64_t n_out = 48, n_in = 512, n_tok = 19;      /* the many-token path */
+            uint8_t *w = malloc((size_t)(ev_row_bytes(type, n_in) * n_out));
+            float x[512 * 19], y0[48 * 19], y1[48 * 19];
+            make_weights(type, w, n_out, n_in);
+            fill(x, n_in * n_tok, 1.0f);
+            size_t sb = ev_matmul_scratch_bytes(type, n_in, n_tok, 1);
+            void *scratch = sb ? aligned_alloc(64, (sb + 63) / 64 * 64) : NULL;
+            ev_matmul(NULL, ev_kernels_scalar(), type, w, NULL, n_out, n_in, x, n_tok, y0, scratch);
+            ev_matmul(NULL, k, type, w, NULL, n_out, n_in, x, n_tok, y1, scratch);
+            /* gemm_q8x / q16x / bf16x round the activations (exactness: the double reference
+             * above); here their outputs stay within that rounding of the scalar set's */
+            float ymax = 0.0f;
+            for (int i = 0; i < n_out * n_tok; i++) ymax = fmaxf(ymax, fabsf(y0[i]));
+            const float tol = k->gemm_q8x[type] || k->gemm_bf16x[type] ? 0.01f * ymax
+                              : k->gemm_q16x[type]                   ? 1e-4f * ymax
+                                                                     : 1e-3f;
+            int bad = 0;
+            for (int i = 0; i < n_out * n_tok; i++) bad += fabsf(y0[i] - y1[i]) > tol;
+            CHECK_MSG(bad == 0, "%s: scalar and %s differ in %d outputs",
+                      ev_type_get(type)->name, k->name, bad);
+            free(w);
+            free(scratch);
+        }
     }
     const size_t pack = sizeof(float) * EV_GEMM_PACK_FLOATS;
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_F32, 4096, 1, 4) == 0);
@@ -408,6 +446,8 @@ static void test_matmul_sets_agree_and_null_pool(void) {
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q8_0, 4096, 15, 1) >= 128 * 15 * 38);
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q8_0, 4096, 512, 2) >= 2 * pack);
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q8_0, 4096, 512, 2) >= 128 * 15 * 38);
+    /* the many-token integer products' activations (int16 blocks + scales) after the packs */
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q8_0, 4096, 512, 2) >= 2 * pack + 128 * 512 * 68);
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q4_0, 33, 1, 1) == SIZE_MAX);
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_F32, 64, 512, 0) == SIZE_MAX);
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q8_0, INT64_MAX / 64 * 32, 1 << 30, 1) == SIZE_MAX);

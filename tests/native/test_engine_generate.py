@@ -99,3 +99,18 @@ def test_prefault_maps_both_files_and_the_engine_still_answers(model: str,
     again = Engine.load(files.text.parent, threads=1, context=64)
     assert (again.generate(messages, max_tokens=3, temperature=0.0).tokens
             == engine.generate(messages, max_tokens=3, temperature=0.0).tokens)
+
+
+def test_precision_selects_the_kernel_mode_and_refuses_unknown_names(
+        engines: dict[str, Engine]) -> None:
+    engine = engines[MODELS[0]]
+    assert engine.precision == "exact"
+    text = engine.files.text.parent
+    fast = Engine.load(text, threads=1, context=64, precision="fast")
+    assert fast.precision == "fast"
+    messages = [{"role": "user", "content": "Hello"}]
+    # an F32 model: both precisions run the same float kernels
+    assert (fast.generate(messages, max_tokens=3, temperature=0.0).tokens
+            == engine.generate(messages, max_tokens=3, temperature=0.0).tokens)
+    with pytest.raises(ValueError, match="unknown precision 'turbo'; use one of exact, fast"):
+        Engine.load(text, threads=1, context=64, precision="turbo")

@@ -191,3 +191,30 @@ def test_scalar_and_simd_kernels_give_the_same_answer(
         logits = [s.prefill(prompt, n_logits=len(prompt.tokens)) for s in (fast, ref)]
         assert rel(logits[0], logits[1]) < (1e-2 if wtype == "q8_0" else 1e-4), wtype
         assert list(logits[0].argmax(axis=1)) == list(logits[1].argmax(axis=1)), wtype
+
+
+def test_fast_precision_rounds_activations_and_stays_close(
+        converted: Callable[[str, str], Path]) -> None:
+    # precision "fast" (EDGEVLM_KERNELS_FAST): the many-token products round their
+    # activations as llama.cpp does (Q8_0 for Q8_0 weights, bf16 for BF16) where the CPU has
+    # such kernels (AVX-512); elsewhere the mode selects the same kernels as "best". The
+    # 55-token prompt takes the many-token path. Bounds: those of Q8_0 decode arithmetic.
+    g = golden("qwen3vl-tiny-a", "two_images")
+    rounds = NativeSession.kernels_name("fast") != NativeSession.kernels_name("best")
+    for wtype in ("q8_0", "bf16"):
+        exact = session_for(converted("qwen3vl-tiny-a", wtype))
+        fast = session_for(converted("qwen3vl-tiny-a", wtype))
+        fast.use_kernels("fast")
+        prompt = prompt_from_golden(g, encode_items(exact, g))
+        assert len(prompt.tokens) >= 16
+        l_exact = exact.prefill(prompt, n_logits=len(prompt.tokens))
+        l_fast = fast.prefill(prompt, n_logits=len(prompt.tokens))
+        if rounds:
+            assert rel(l_fast, l_exact) > 1e-6, wtype   # the rounding kernels ran
+        else:
+            assert rel(l_fast, l_exact) == 0.0, wtype
+        assert rel(l_fast, l_exact) < 5e-2, wtype
+        agree = _argmax_agreement(l_fast, l_exact)
+        assert agree[0] / agree[1] >= 0.9, (wtype, agree)
+    with pytest.raises(ValueError, match="unknown kernel mode 'turbo'"):
+        fast.use_kernels("turbo")

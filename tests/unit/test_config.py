@@ -59,6 +59,7 @@ def test_every_error_is_listed_with_key_value_and_line(tmp_path: Path) -> None:
     path = write(tmp_path, """model:
   threads: 0
   family: qwen9
+  precision: turbo
 limits:
   limit_mm_per_prompt:
     imagez: 3
@@ -73,14 +74,16 @@ colour: red
     assert "model.threads = 0 (line 2): Input should be greater than or equal to 1" in problems
     assert ("model.family = 'qwen9' (line 3): unknown family 'qwen9'; use one of qwen3-vl, "
             "qwen2-vl, qwen2.5-vl") in problems
-    assert any(p.startswith("limits.limit_mm_per_prompt = {'imagez': 3} (line 5): unknown "
+    assert any(p.startswith("limits.limit_mm_per_prompt = {'imagez': 3} (line 6): unknown "
                             "modality 'imagez'; valid modalities are image, video, audio")
                for p in problems)
-    assert "limits.max_queue = -1 (line 7): Input should be greater than or equal to 1" in problems
-    assert any(p.startswith("cache.max_bytes = 'lots' (line 9): not a size") for p in problems)
-    assert ("colour = 'red' (line 10): unknown key; check the spelling against "
+    assert ("model.precision = 'turbo' (line 4): Input should be 'exact' or 'fast'"
+            in problems)
+    assert "limits.max_queue = -1 (line 8): Input should be greater than or equal to 1" in problems
+    assert any(p.startswith("cache.max_bytes = 'lots' (line 10): not a size") for p in problems)
+    assert ("colour = 'red' (line 11): unknown key; check the spelling against "
             "etc/edgevlm.yaml") in problems
-    assert len(problems) == 6
+    assert len(problems) == 7
 
 
 def test_yaml_syntax_error_is_a_config_error(tmp_path: Path) -> None:

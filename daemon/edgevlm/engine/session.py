@@ -59,9 +59,26 @@ class NativeSession:
     def set_seed(self, seed: int) -> None:
         lib.edgevlm_session_set_seed(self.handle, seed & (2**64 - 1))
 
+    def use_kernels(self, mode: str) -> None:
+        """``best`` (full precision, the default), ``fast`` (prefill and the ViT round their
+        activations as llama.cpp does, where that is faster on this CPU) or ``scalar`` (the
+        reference kernels, for tests)."""
+        modes = {"best": lib.EDGEVLM_KERNELS_BEST, "fast": lib.EDGEVLM_KERNELS_FAST,
+                 "scalar": lib.EDGEVLM_KERNELS_SCALAR}
+        if mode not in modes:
+            raise ValueError(f"unknown kernel mode {mode!r}; use one of {', '.join(modes)}")
+        self._check(lib.edgevlm_session_set_kernels(self.handle, modes[mode]))
+
+    @staticmethod
+    def kernels_name(mode: str) -> str:
+        """The kernel set ``mode`` selects on this CPU (``fast`` names the ``best`` set where
+        the CPU has no faster rounding)."""
+        code = {"best": lib.EDGEVLM_KERNELS_BEST, "fast": lib.EDGEVLM_KERNELS_FAST,
+                "scalar": lib.EDGEVLM_KERNELS_SCALAR}[mode]
+        return c_string(lib.edgevlm_kernels_name(code))
+
     def use_scalar_kernels(self, scalar: bool) -> None:
-        self._check(lib.edgevlm_session_set_kernels(
-            self.handle, lib.EDGEVLM_KERNELS_SCALAR if scalar else lib.EDGEVLM_KERNELS_BEST))
+        self.use_kernels("scalar" if scalar else "best")
 
     def encode_vision(self, pixels: PixelInput, with_vit_output: bool = False
                       ) -> tuple[VisionFeatures, F32 | None]:

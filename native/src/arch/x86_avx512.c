@@ -1,0 +1,55 @@
+/*
+ * x86_avx512.c - the AVX-512 kernel sets: the AVX2 set with the kernels that AVX-512 makes
+ * faster put in its place. Chosen when the CPU (and the OS, for the zmm state) has AVX-512
+ * F, BW, VL and VNNI: Intel from Ice Lake / Cascade Lake, AMD from Zen 4.
+ *  - "avx512-vnni" (the best set): many-token products of Q8_0/Q4_0 weights on int16
+ *    activations (vpdpwssd, x86_avx512_qgemm.c), within ~1e-5 of the float products.
+ *  - "avx512-vnni-fast" (EDGEVLM_KERNELS_FAST): llama.cpp's arithmetic for the many-token
+ *    products, Q8_0 activations (vpdpbusd) and, where the CPU has AVX-512 BF16, bf16
+ *    activations for BF16 weights (vdpbf16ps, x86_avx512_bf16.c).
+ */
+#if defined(__x86_64__)
+
+#include <pthread.h>
+
+#include "x86_avx512.h"
+
+static ev_kernels AVX512, AVX512_FAST;
+static pthread_once_t built = PTHREAD_ONCE_INIT;
+
+static void build(void) {
+    AVX512 = *ev_kernels_x86_avx2();
+    AVX512.name = "avx512-vnni";
+    AVX512.quantize_i16 = ev_avx512_quantize_i16;
+    AVX512.gemm_q16x[EV_TYPE_Q8_0] = ev_avx512_gemm_q16x_q8_0;
+    AVX512.gemm_q16x[EV_TYPE_Q4_0] = ev_avx512_gemm_q16x_q4_0;
+    AVX512_FAST = AVX512;
+    AVX512_FAST.name = "avx512-vnni-fast";
+    AVX512_FAST.gemm_q8x[EV_TYPE_Q8_0] = ev_avx512_gemm_q8x_q8_0;
+    AVX512_FAST.gemm_q8x[EV_TYPE_Q4_0] = ev_avx512_gemm_q8x_q4_0;
+    if (__builtin_cpu_supports("avx512bf16")) {
+        AVX512_FAST.name = "avx512-vnni-bf16-fast";
+        AVX512_FAST.gemm_bf16x[EV_TYPE_BF16] = ev_avx512_gemm_bf16x;
+    }
+}
+
+static int cpu_has_avx512_vnni(void) {
+    if (!ev_kernels_x86_avx2()) return 0;
+    __builtin_cpu_init();   /* checks the OS's XCR0 for the zmm state as well */
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+}
+
+const ev_kernels *ev_kernels_x86_avx512(void) {
+    if (!cpu_has_avx512_vnni()) return NULL;
+    pthread_once(&built, build);
+    return &AVX512;
+}
+
+const ev_kernels *ev_kernels_x86_avx512_fast(void) {
+    if (!cpu_has_avx512_vnni()) return NULL;
+    pthread_once(&built, build);
+    return &AVX512_FAST;
+}
+
+#endif

@@ -1,0 +1,259 @@
+/*
+ * x86_avx512_qgemm.c - the many-token products of Q8_0/Q4_0 weights with AVX-512 VNNI
+ * integer dot products. Y[t][r] = X[t] . W[r] (+ bias[r]) for one thread's rows [r0, r1).
+ * Two activation widths, one loop nest:
+ *  - q16x (int16 activations, vpdpwssd: 32 int16 x int16 products a instruction, twice a
+ *    float FMA's): each activation block of 32 rounded to int16 with its own scale
+ *    (amax / 32767, a relative error of 2^-16, below float32's sum-order noise at these
+ *    lengths); the weights sign-extended. The arithmetic of gemm_dq to ~1e-5, faster.
+ *  - q8x (Q8_0 activations, vpdpbusd: 64 unsigned x signed byte products a instruction):
+ *    ggml's arithmetic (every block's int32 dot times d_w * d_x, as decode does), the fastest
+ *    and the least exact: the "fast" precision. vpdpbusd multiplies unsigned bytes by signed
+ *    ones, so the weights are made unsigned, u = q + 128 (Q8_0) or the raw nibble (Q4_0,
+ *    value u - 8); sum(u x) = sum(q x) + o sum(x) with o = 128 or 8, so each block's int32
+ *    accumulator starts at -o sum(x) (x_sum, from the quantisation).
+ * Reference: the scalar set's products on the same rounded activations (test_kernels.c).
+ *
+ * Layout. Lane i of a 16-int32 accumulator is weight row i of a group of 16; a block's 32
+ * columns are walked in steps of 4 bytes (4 int8 or 2 int16 activations: 8 or 16 steps),
+ * each step one dot instruction with the token's 4 bytes broadcast to every lane ({1to16}).
+ * Each thread repacks 32 rows at a time, per K chunk, into a panel [block][step][group]
+ * [16][4 bytes] (16 x 8 dword transposes) with the block scales [block][32]; a micro-kernel
+ * of 2 row groups x 6 tokens (12 int32 + 12 float accumulators) sweeps every token over it.
+ * Per block and (row group, token): 8 or 16 dot instructions, then cvt, one multiply of the
+ * 16 d_w by the broadcast d_x, one FMA.
+ *
+ * Loop nest: K in chunks of 16 KiB of panel (L1); rows in panels of 32; every token (the
+ * chunk's activations stay in L2). The first chunk writes y (with the bias), later ones add.
+ */
+#if defined(__x86_64__)
+
+#include <stddef.h>
+
+#include "x86_avx512.h"
+
+#define PANEL_BYTES 16384       /* weights of a panel's K chunk */
+#define PR 32                   /* rows per panel: two groups of 16 lanes */
+#define MT 6                    /* tokens per micro-tile */
+#define MAX_KCB 16              /* blocks per K chunk: 16 (int8) or 8 (int16) */
+
+typedef struct q_panel {
+    _Alignas(64) uint8_t wq[PANEL_BYTES];   /* [block][step][group][16 rows][4 bytes] */
+    _Alignas(64) float dw[MAX_KCB][PR];     /* d_w of the block for rows 0..31 */
+} q_panel;
+
+/* bytes of a block's panel: 32 rows x 32 columns x the activation width */
+#define BLOCK_BYTES(x16) ((x16) ? 2048 : 1024)
+
+/* 16 bytes of two rows' 32 weights as one vector per half [a | b], int8 weights: for q8x
+ * the unsigned 32 (u = q + 128 or the nibble), for q16x each half h of 16 columns as 16
+ * signed int16 (the value). */
+EV_AVX512_INLINE __m512i q8x_pair(const uint8_t *a, const uint8_t *b, const int q4) {
+    if (q4) {   /* ev_block_q4_0.qs: element j in the low nibble of byte j, j + 16 in the high */
+        const __m256i v = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)a)),
+            _mm_loadu_si128((const __m128i *)b), 1);
+        const __m256i m = _mm256_set1_epi8(0x0f);
+        const __m256i lo = _mm256_and_si256(v, m);                        /* [a 0..15 | b 0..15] */
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m); /* [a 16..31 | b ..] */
+        const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        return _mm512_shuffle_i32x4(z, z, 0xd8);   /* 128-bit lanes 0, 2, 1, 3 */
+    }
+    const __m512i v = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
+        _mm256_loadu_si256((const __m256i *)b), 1);
+    return _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
+}
+
+EV_AVX512_INLINE __m512i q16x_half(const uint8_t *a, const uint8_t *b, int h, const int q4) {
+    __m256i v;
+    if (q4) {
+        const __m256i raw = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)a)),
+            _mm_loadu_si128((const __m128i *)b), 1);
+        const __m256i nib = h ? _mm256_srli_epi16(raw, 4) : raw;
+        v = _mm256_sub_epi8(_mm256_and_si256(nib, _mm256_set1_epi8(0x0f)), _mm256_set1_epi8(8));
+    } else {
+        v = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(a + 16 * h))),
+            _mm_loadu_si128((const __m128i *)(b + 16 * h)), 1);
+    }
+    return _mm512_cvtepi8_epi16(v);
+}
+
+/* Rows r..r+R-1 (R <= 32; the rest zero weights, zero scales), blocks [kb, kb + n). */
+EV_AVX512_INLINE void panel_pack(q_panel *p, const ev_gemm_args *a, int64_t r, int R,
+                                 int64_t kb, int n, const int q4, const int x16) {
+    static const _Alignas(64) uint8_t zero_block[64];
+    const size_t bsz = q4 ? sizeof(ev_block_q4_0) : sizeof(ev_block_q8_0);
+    const uint8_t *row[PR];
+    for (int i = 0; i < PR; i++)
+        row[i] = i < R ? a->w + (r + i) * a->w_stride + (size_t)kb * bsz : NULL;
+    for (int b = 0; b < n; b++) {
+        uint8_t *blk = p->wq + (size_t)b * BLOCK_BYTES(x16);
+        for (int g = 0; g < 2; g++) {
+            for (int h = 0; h < (x16 ? 2 : 1); h++) {   /* int16: columns 16h..16h+15 */
+                __m512i z[8];
+                for (int k = 0; k < 8; k++) {
+                    const int ia = 16 * g + (k < 4 ? k : k + 4), ib = ia + 4;
+                    const uint8_t *qa = row[ia] ? row[ia] + (size_t)b * bsz + 2 : zero_block;
+                    const uint8_t *qb = row[ib] ? row[ib] + (size_t)b * bsz + 2 : zero_block;
+                    z[k] = x16 ? q16x_half(qa, qb, h, q4) : q8x_pair(qa, qb, q4);
+                }
+                /* steps 8h..8h+7, group g's 64 bytes of each (128 bytes a step) */
+                avx512_transpose_16x8(z, blk + h * 8 * 128 + g * 64, 128);
+            }
+        }
+        for (int i = 0; i < PR; i++)
+            p->dw[b][i] = row[i] ? avx2_fp16(*(const ev_fp16 *)(row[i] + (size_t)b * bsz)) : 0.0f;
+    }
+}
+
+/* RG row groups (1 or 2) x T tokens (1..6) from token t over the panel's n blocks. */
+EV_AVX512_INLINE void q_tile(const q_panel *p, const ev_gemm_args *a, int64_t r, int R,
+                             int64_t t, int64_t kb, int n, const int RG, const int T,
+                             const int x16, const int shift) {
+    const int64_t nb = a->n_in / EV_QK;
+    /* activation blocks: int16 [32] (64 bytes), or ev_block_q8_0 (34 bytes, qs at 2) */
+    const int64_t xbs = x16 ? 64 : (int64_t)sizeof(ev_block_q8_0);
+    const uint8_t *xq[MT];
+    const float *dx[MT];
+    const int32_t *xs[MT];
+#pragma GCC unroll 6
+    for (int j = 0; j < T; j++) {
+        xq[j] = a->x + (t + j) * a->x_stride + kb * xbs + (x16 ? 0 : offsetof(ev_block_q8_0, qs));
+        dx[j] = a->x_scale + (t + j) * nb + kb;
+        xs[j] = x16 ? NULL : a->x_sum + (t + j) * nb + kb;
+    }
+    __m512 facc[2][MT];
+#pragma GCC unroll 2
+    for (int g = 0; g < RG; g++)
+#pragma GCC unroll 6
+        for (int j = 0; j < T; j++) facc[g][j] = _mm512_setzero_ps();
+    for (int b = 0; b < n; b++) {
+        __m512i iacc[2][MT];
+#pragma GCC unroll 6
+        for (int j = 0; j < T; j++) {
+            const __m512i c = x16 ? _mm512_setzero_si512() : _mm512_set1_epi32(-(xs[j][b] << shift));
+#pragma GCC unroll 2
+            for (int g = 0; g < RG; g++) iacc[g][j] = c;
+        }
+        const uint8_t *wb = p->wq + (size_t)b * BLOCK_BYTES(x16);
+        const int steps = x16 ? 16 : 8;
+#pragma GCC unroll 8
+        for (int s = 0; s < steps; s++) {
+            __m512i w[2];
+#pragma GCC unroll 2
+            for (int g = 0; g < RG; g++) w[g] = _mm512_load_si512((const __m512i *)(wb + s * 128 + g * 64));
+#pragma GCC unroll 6
+            for (int j = 0; j < T; j++) {
+                int32_t x4;
+                __builtin_memcpy(&x4, xq[j] + b * xbs + 4 * s, 4);
+                const __m512i xv = _mm512_set1_epi32(x4);
+#pragma GCC unroll 2
+                for (int g = 0; g < RG; g++)
+                    iacc[g][j] = x16 ? _mm512_dpwssd_epi32(iacc[g][j], w[g], xv)
+                                     : _mm512_dpbusd_epi32(iacc[g][j], w[g], xv);
+            }
+        }
+#pragma GCC unroll 2
+        for (int g = 0; g < RG; g++) {
+            const __m512 dw = _mm512_load_ps(p->dw[b] + 16 * g);
+#pragma GCC unroll 6
+            for (int j = 0; j < T; j++)
+                facc[g][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[g][j]),
+                                             _mm512_mul_ps(dw, _mm512_set1_ps(dx[j][b])), facc[g][j]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < RG; g++) {
+        const int valid = R - 16 * g;
+        const __mmask16 m = valid >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << valid) - 1u);
+        const float *bias = a->bias ? a->bias + r + 16 * g : NULL;
+#pragma GCC unroll 6
+        for (int j = 0; j < T; j++) {
+            float *y = a->y + (t + j) * a->n_out + r + 16 * g;
+            const __m512 base = kb > 0 ? _mm512_maskz_loadu_ps(m, y)
+                                : bias ? _mm512_maskz_loadu_ps(m, bias) : _mm512_setzero_ps();
+            _mm512_mask_storeu_ps(y, m, _mm512_add_ps(base, facc[g][j]));
+        }
+    }
+}
+
+/* The tile shapes, each its own function (inlined into one loop, the accumulators spill). */
+#define Q_TILE(X16, RG, T)                                                                   \
+    EV_AVX512 __attribute__((noinline)) static void tile##X16##_##RG##x##T(                  \
+        const q_panel *p, const ev_gemm_args *a, int64_t r, int R, int64_t t, int64_t kb,     \
+        int n, int shift) {                                                                  \
+        q_tile(p, a, r, R, t, kb, n, RG, T, X16, shift);                                      \
+    }
+#define Q_TILES(X16)                                                                         \
+    Q_TILE(X16, 2, 1) Q_TILE(X16, 2, 2) Q_TILE(X16, 2, 3) Q_TILE(X16, 2, 4)                  \
+    Q_TILE(X16, 2, 5) Q_TILE(X16, 2, 6) Q_TILE(X16, 1, 1) Q_TILE(X16, 1, 2)                  \
+    Q_TILE(X16, 1, 3) Q_TILE(X16, 1, 4) Q_TILE(X16, 1, 5) Q_TILE(X16, 1, 6)
+Q_TILES(0)
+Q_TILES(1)
+
+typedef void (*q_tile_fn)(const q_panel *p, const ev_gemm_args *a, int64_t r, int R,
+                          int64_t t, int64_t kb, int n, int shift);
+static const q_tile_fn TILES[2][3][MT + 1] = {
+    {{NULL},
+     {NULL, tile0_1x1, tile0_1x2, tile0_1x3, tile0_1x4, tile0_1x5, tile0_1x6},
+     {NULL, tile0_2x1, tile0_2x2, tile0_2x3, tile0_2x4, tile0_2x5, tile0_2x6}},
+    {{NULL},
+     {NULL, tile1_1x1, tile1_1x2, tile1_1x3, tile1_1x4, tile1_1x5, tile1_1x6},
+     {NULL, tile1_2x1, tile1_2x2, tile1_2x3, tile1_2x4, tile1_2x5, tile1_2x6}},
+};
+
+EV_AVX512_INLINE void q_gemm(const ev_gemm_args *a, int64_t r0, int64_t r1, const int q4,
+                             const int x16) {
+    const int64_t nb = a->n_in / EV_QK;
+    const int kcb = PANEL_BYTES / BLOCK_BYTES(x16);
+    const int shift = q4 ? 3 : 7;              /* q8x: the unsigned offset o = 8 or 128 */
+    q_panel *p = (q_panel *)(void *)a->pack;   /* 64-byte aligned, 1.2 MiB */
+    for (int64_t kb = 0; kb < nb; kb += kcb) {
+        const int n = (int)(nb - kb < kcb ? nb - kb : kcb);
+        for (int64_t r = r0; r < r1; r += PR) {
+            const int R = (int)(r1 - r < PR ? r1 - r : PR);
+            panel_pack(p, a, r, R, kb, n, q4, x16);
+            const q_tile_fn *tiles = TILES[x16][R > 16 ? 2 : 1];
+            int64_t t = 0;
+            for (; t + MT <= a->n_tok; t += MT) tiles[MT](p, a, r, R, t, kb, n, shift);
+            if (t < a->n_tok) tiles[a->n_tok - t](p, a, r, R, t, kb, n, shift);
+        }
+    }
+}
+
+EV_AVX512 void ev_avx512_gemm_q8x_q8_0(const ev_gemm_args *a, int64_t r0, int64_t r1) {
+    q_gemm(a, r0, r1, 0, 0);
+}
+
+EV_AVX512 void ev_avx512_gemm_q8x_q4_0(const ev_gemm_args *a, int64_t r0, int64_t r1) {
+    q_gemm(a, r0, r1, 1, 0);
+}
+
+EV_AVX512 void ev_avx512_gemm_q16x_q8_0(const ev_gemm_args *a, int64_t r0, int64_t r1) {
+    q_gemm(a, r0, r1, 0, 1);
+}
+
+EV_AVX512 void ev_avx512_gemm_q16x_q4_0(const ev_gemm_args *a, int64_t r0, int64_t r1) {
+    q_gemm(a, r0, r1, 1, 1);
+}
+
+/* Each block of 32 of x[n] as int16 q[32] with d = amax / 32767 (d[n / 32]; x = d q). */
+EV_AVX512 void ev_avx512_quantize_i16(const float *x, int16_t *q, float *d, int64_t n) {
+    for (int64_t b = 0; b < n / EV_QK; b++) {
+        const __m512 v0 = _mm512_loadu_ps(x + b * EV_QK), v1 = _mm512_loadu_ps(x + b * EV_QK + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        const float db = amax / 32767.0f, id = amax > 0.0f ? 32767.0f / amax : 0.0f;
+        d[b] = db;
+        const __m512 s = _mm512_set1_ps(id);
+        /* round to nearest even; |x id| <= 32767 */
+        const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, s));
+        const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, s));
+        _mm256_storeu_si256((__m256i *)(q + b * EV_QK), _mm512_cvtsepi32_epi16(i0));
+        _mm256_storeu_si256((__m256i *)(q + b * EV_QK + 16), _mm512_cvtsepi32_epi16(i1));
+    }
+}
+
+#endif
