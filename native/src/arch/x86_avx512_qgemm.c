@@ -109,6 +109,28 @@ EV_AVX512_INLINE void panel_pack(q_panel *p, const ev_gemm_args *a, int64_t r, i
     }
 }
 
+/* Steps s0..s0+7 of one block: per step the RG weight vectors, and per token its 4
+ * activation bytes broadcast into one dot instruction per row group. */
+EV_AVX512_INLINE void q_steps(__m512i iacc[2][MT], const uint8_t *wb, const uint8_t *const *xq,
+                              int64_t xoff, int s0, const int RG, const int T, const int x16) {
+#pragma GCC unroll 8
+    for (int s = s0; s < s0 + 8; s++) {
+        __m512i w[2];
+#pragma GCC unroll 2
+        for (int g = 0; g < RG; g++) w[g] = _mm512_load_si512((const __m512i *)(wb + s * 128 + g * 64));
+#pragma GCC unroll 6
+        for (int j = 0; j < T; j++) {
+            int32_t x4;
+            __builtin_memcpy(&x4, xq[j] + xoff + 4 * s, 4);
+            const __m512i xv = _mm512_set1_epi32(x4);
+#pragma GCC unroll 2
+            for (int g = 0; g < RG; g++)
+                iacc[g][j] = x16 ? _mm512_dpwssd_epi32(iacc[g][j], w[g], xv)
+                                 : _mm512_dpbusd_epi32(iacc[g][j], w[g], xv);
+        }
+    }
+}
+
 /* RG row groups (1 or 2) x T tokens (1..6) from token t over the panel's n blocks. */
 EV_AVX512_INLINE void q_tile(const q_panel *p, const ev_gemm_args *a, int64_t r, int R,
                              int64_t t, int64_t kb, int n, const int RG, const int T,
@@ -134,28 +156,15 @@ EV_AVX512_INLINE void q_tile(const q_panel *p, const ev_gemm_args *a, int64_t r,
         __m512i iacc[2][MT];
 #pragma GCC unroll 6
         for (int j = 0; j < T; j++) {
-            const __m512i c = x16 ? _mm512_setzero_si512() : _mm512_set1_epi32(-(xs[j][b] << shift));
+            const __m512i c = x16 ? _mm512_setzero_si512() : _mm512_set1_epi32(-xs[j][b] * (1 << shift));
 #pragma GCC unroll 2
             for (int g = 0; g < RG; g++) iacc[g][j] = c;
         }
         const uint8_t *wb = p->wq + (size_t)b * BLOCK_BYTES(x16);
-        const int steps = x16 ? 16 : 8;
-#pragma GCC unroll 8
-        for (int s = 0; s < steps; s++) {
-            __m512i w[2];
-#pragma GCC unroll 2
-            for (int g = 0; g < RG; g++) w[g] = _mm512_load_si512((const __m512i *)(wb + s * 128 + g * 64));
-#pragma GCC unroll 6
-            for (int j = 0; j < T; j++) {
-                int32_t x4;
-                __builtin_memcpy(&x4, xq[j] + b * xbs + 4 * s, 4);
-                const __m512i xv = _mm512_set1_epi32(x4);
-#pragma GCC unroll 2
-                for (int g = 0; g < RG; g++)
-                    iacc[g][j] = x16 ? _mm512_dpwssd_epi32(iacc[g][j], w[g], xv)
-                                     : _mm512_dpbusd_epi32(iacc[g][j], w[g], xv);
-            }
-        }
+        /* 8 steps (int8) or 2 x 8 (int16) as fixed-count loops that unroll completely: a
+         * rolled loop made GCC copy all 12 accumulators every step */
+        q_steps(iacc, wb, xq, b * xbs, 0, RG, T, x16);
+        if (x16) q_steps(iacc, wb, xq, b * xbs, 8, RG, T, x16);
 #pragma GCC unroll 2
         for (int g = 0; g < RG; g++) {
             const __m512 dw = _mm512_load_ps(p->dw[b] + 16 * g);
