@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The engine bench's worker process: loads one engine on one model and answers requests.
 
-    python bench/engine_workers.py --worker edgevlm|edgevlm-fast|llamacpp|transformers --gguf-dir DIR
+    python bench/engine_workers.py --worker edgevlm|edgevlm-fast|llamacpp|transformers \
+        --gguf-dir DIR
         --threads N --ctx N --batch N
 
 Started by :class:`engine_driver.WorkerProc` (edgevlm and transformers with the project's
@@ -91,7 +92,9 @@ class _EdgevlmWorker(_Worker):
 
         self.np = np
         t0 = time.perf_counter()
-        self.precision = "fast" if args.worker == "edgevlm-fast" else "exact"
+        # the engine stage names the worker, the cold-start script the engine
+        name = getattr(args, "worker", None) or getattr(args, "engine", "edgevlm")
+        self.precision = "fast" if name == "edgevlm-fast" else "exact"
         self.engine = Engine.load(args.gguf_dir, threads=args.threads, context=args.ctx,
                                   batch=args.batch, precision=self.precision)
         self.load_ms = (time.perf_counter() - t0) * 1e3

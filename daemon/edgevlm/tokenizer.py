@@ -76,8 +76,10 @@ class HFTokenizer:
         return cls(Tokenizer.from_file(os.fspath(path)), name=os.fspath(path))
 
     @classmethod
-    def from_json(cls, text: str, name: str = "model file") -> HFTokenizer:
+    def from_json(cls, text: str | bytes, name: str = "model file") -> HFTokenizer:
         try:
+            if isinstance(text, bytes):   # UTF-8 as stored: no str decoded on the way
+                return cls(Tokenizer.from_buffer(text), name=name)
             return cls(Tokenizer.from_str(text), name=name)
         except Exception as exc:  # tokenizers raises a bare Exception with serde's message
             # Parsed again only on failure (1 s for Qwen's 151k-token vocabulary): Python's

@@ -2,7 +2,8 @@
  * kernels.c - kernel-set selection, the threaded matrix product and the row operations.
  *
  * ev_matmul: Y[n_tok][n_out] = X[n_tok][n_in] . W[n_out][n_in]^T (+ bias).
- *  1. For Q8_0/Q4_0 weights and fewer than EV_MATMUL_FLOAT_MIN_TOK tokens the activations
+ *  1. For Q8_0/Q4_0 weights and fewer than EV_MATMUL_FLOAT_MIN_TOK tokens (or
+ *     EV_MATMUL_INT_MIN_TOK where the set has integer products) the activations
  *     are quantised to Q8_0 once, into scratch (tokens split across the pool when there are
  *     several), with their scales also as float32. From that many tokens on, every weight
  *     type runs the kernel set's gemm_dq on the float32 activations, except where the set
@@ -55,6 +56,7 @@ typedef struct matmul_job {
     float *xq_scale;                     /* [n_tok][n_in/32] */
     int32_t *xq_sum;                     /* [n_tok][n_in/32] (gemm_q8x) or NULL */
     int16_t *xq16;                       /* [n_tok][n_in/32][32] (gemm_q16x) or NULL */
+    int many;                            /* the many-token products (gemm_dq, q16x, ...) */
 } matmul_job;
 
 static void quantize_tokens(void *ctx, int64_t t0, int64_t t1, int tid) {
@@ -98,7 +100,7 @@ static void generic_rows(const matmul_job *j, int64_t r0, int64_t r1) {
 
 static void matmul_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
     const matmul_job *j = ctx;
-    if (j->a.n_tok >= EV_MATMUL_FLOAT_MIN_TOK) {
+    if (j->many) {
         ev_gemm_args a = j->a;
         a.pack = j->a.pack + (int64_t)tid * EV_GEMM_PACK_FLOATS;
         if (j->xq_sum) j->k->gemm_q8x[j->wtype](&a, r0, r1);
@@ -132,14 +134,15 @@ static size_t quant_bytes(int64_t n_in, int64_t n_tok, int wide) {
 size_t ev_matmul_scratch_bytes(int32_t wtype, int64_t n_in, int64_t n_tok, int n_threads) {
     const ev_type_traits *t = ev_type_get(wtype);
     if (!t || n_in < 0 || n_tok < 0 || n_threads < 1 || n_in % t->block_size != 0) return SIZE_MAX;
-    if (n_tok >= EV_MATMUL_FLOAT_MIN_TOK) {  /* the packing buffers of the many-token path */
+    /* the packing buffers of the many-token path (integer products: from fewer tokens) */
+    if (n_tok >= EV_MATMUL_FLOAT_MIN_TOK || (t->quantized && n_tok >= EV_MATMUL_INT_MIN_TOK)) {
         const size_t pack = sizeof(float) * (size_t)EV_GEMM_PACK_FLOATS;
         if ((size_t)n_threads > SIZE_MAX / pack) return SIZE_MAX;
         size_t many = pack * (size_t)n_threads;
         if (!t->quantized) return many;
         size_t quant = quant_bytes(n_in, n_tok, 1);  /* gemm_q16x's / q8x's after the packs */
         if (quant == SIZE_MAX || quant > SIZE_MAX - many) return SIZE_MAX;
-        return many + quant;               /* decode-sized calls reuse the same bytes */
+        return many + quant;   /* covers the Q8_0 activations of sets without them, too */
     }
     if (!t->quantized) return 0;
     return quant_bytes(n_in, n_tok, 0);
@@ -190,13 +193,14 @@ void ev_matmul(ev_pool *pool, const ev_kernels *k, int32_t wtype, const void *w,
     j.a.w_type = wtype;
     const int64_t macs = n_out * n_in * n_tok;
     ev_pool *p = macs < SMALL_MATMUL_MACS ? NULL : pool;
-    const int many = n_tok >= EV_MATMUL_FLOAT_MIN_TOK;
-    if (many && t->quantized && (k->gemm_q8x[wtype] || k->gemm_q16x[wtype])) {
+    const int int_products = t->quantized && (k->gemm_q8x[wtype] || k->gemm_q16x[wtype]);
+    j.many = n_tok >= EV_MATMUL_FLOAT_MIN_TOK || (int_products && n_tok >= EV_MATMUL_INT_MIN_TOK);
+    if (j.many && int_products) {
         j.a.pack = scratch;                    /* threads pack; the activations follow */
         quantize_into(&j, p, (uint8_t *)scratch + sizeof(float) * (size_t)EV_GEMM_PACK_FLOATS *
                                                       (size_t)ev_pool_n_threads(pool),
                       k->gemm_q8x[wtype] ? 1 : 2);
-    } else if (n_tok >= EV_MATMUL_FLOAT_MIN_TOK) {
+    } else if (j.many) {
         j.a.x = (const uint8_t *)x;            /* float rows; threads pack from scratch */
         j.a.x_stride = n_in * (int64_t)sizeof(float);
         j.a.pack = scratch;

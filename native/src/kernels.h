@@ -120,6 +120,11 @@ typedef struct ev_kernels {
  * the kernel set has gemm_q16x / gemm_q8x, or bf16-rounded ones where it has gemm_bf16x; below it, decode-sized products run against Q8_0 activations for
  * Q8_0/Q4_0 weights (ggml's arithmetic, memory-bound anyway). */
 #define EV_MATMUL_FLOAT_MIN_TOK 16
+/* Sets with integer products (gemm_q16x / gemm_q8x) use them for Q8_0/Q4_0 weights from this
+ * many tokens on: the weights are read once either way, and the integer micro-kernel beats
+ * the few-token tiles from 4 tokens (a 14-token chat prompt on the 2B Q8_0 model: 443 ms with
+ * the tiles, 357 ms for 16 tokens through gemm_q16x, AVX-512 host, 2026-12-01). */
+#define EV_MATMUL_INT_MIN_TOK 4
 
 const ev_kernels *ev_kernels_scalar(void);
 const ev_kernels *ev_kernels_best(void);   /* the scalar set when no SIMD path applies */

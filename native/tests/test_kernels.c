@@ -290,10 +290,11 @@ static int check_matmul(ev_pool *pool, const ev_kernels *k, int32_t type, int64_
     int bad = 0;
     /* decode-sized products with quantised weights quantise the activations to Q8_0, and so
      * do many-token ones in a kernel set with gemm_q8x */
-    const int quant = ev_type_get(type)->quantized &&
-                      (n_tok < EV_MATMUL_FLOAT_MIN_TOK || k->gemm_q8x[type] != NULL);
+    const int quantized = ev_type_get(type)->quantized, int_path = n_tok >= EV_MATMUL_INT_MIN_TOK;
+    const int q8x = quantized && int_path && k->gemm_q8x[type] != NULL;
+    const int q16x = quantized && int_path && !q8x && k->gemm_q16x[type] != NULL;
+    const int quant = quantized && (q8x || (!q16x && n_tok < EV_MATMUL_FLOAT_MIN_TOK));
     const int bf16x = n_tok >= EV_MATMUL_FLOAT_MIN_TOK && k->gemm_bf16x[type] != NULL;
-    const int q16x = !quant && n_tok >= EV_MATMUL_FLOAT_MIN_TOK && k->gemm_q16x[type] != NULL;
     for (int64_t t = 0; t < n_tok; t++) {
         /* the reference multiplies what the kernel multiplies: for quantised weights the
          * activations after Q8_0 quantisation (a separate loose check below covers that),
@@ -336,7 +337,8 @@ static void test_matmul_against_double_reference(void) {
     const int n_sets = 1 + simd_sets(sets + 1);
     ev_pool *pools[2] = {ev_pool_new(1), ev_pool_new(3)};
     CHECK(pools[0] && pools[1]);
-    const int64_t toks[] = {1, 3, 17, 64, 101, 250};   /* 250: two token blocks (EV_GEMM_MC) */
+    /* 5: the integer products' few-token range; 250: two token blocks (EV_GEMM_MC) */
+    const int64_t toks[] = {1, 3, 5, 17, 64, 101, 250};
     const struct { int64_t n_out, n_in; } shapes[] = {
         {1, 32}, {5, 64}, {37, 96}, {64, 256}, {130, 2112}, {20, 6144},
         {1100, 288}};   /* more rows than EV_GEMM_NC on one thread, a K tail of 32 */

@@ -131,3 +131,17 @@ def test_rebuilt_qwen_tokenizer_from_llamacpp_style_arrays_matches_hf(tmp_path: 
     rebuilt = tokenizer_from_ggml(tokens, merges, types, "qwen2")
     assert_same_tokenization(reference, rebuilt)
     assert rebuilt.get_vocab_size() == reference.get_vocab_size() == 151669
+
+
+def test_hf_json_loads_from_stored_bytes_as_from_text(tiny: Tokenizer) -> None:
+    from edgevlm.tokenizer import HFTokenizer
+
+    text = tiny.to_str()
+    from_bytes = HFTokenizer.from_json(text.encode(), name="bytes")
+    from_text = HFTokenizer.from_json(text, name="text")
+    for sample in CORPUS:
+        assert from_bytes.encode(sample) == from_text.encode(sample)
+    with pytest.raises(ValueError, match="Expecting value"):
+        HFTokenizer.from_json(b"not json", name="m.gguf")
+    with pytest.raises(ValueError, match=r"m\.gguf: not a tokenizer\.json the tokenizers library"):
+        HFTokenizer.from_json(b'{"version": "1.0"}', name="m.gguf")

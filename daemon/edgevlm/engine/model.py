@@ -16,6 +16,8 @@ from ..tokenizer import HFTokenizer
 from ..vision.sizing import Family, get_family
 from .native import c_string, ffi, lib, load_error
 
+_new_uncleared = ffi.new_allocator(should_clear_after_alloc=False)
+
 log = logging.getLogger(__name__)
 
 TEXT, VISION = 0, 1
@@ -89,12 +91,19 @@ class NativeModel:
         return int(lib.edgevlm_model_prefault(self.handle))
 
     def meta_str(self, which: int, key: str) -> str | None:
+        raw = self.meta_bytes(which, key)
+        return None if raw is None else raw.decode("utf-8", "replace")
+
+    def meta_bytes(self, which: int, key: str) -> bytes | None:
+        """A string value's bytes as stored (no decoding: the 17.5 MB tokenizer JSON of a
+        Qwen model goes to the tokenizers library as they are)."""
         n = lib.edgevlm_model_meta_str(self.handle, which, key.encode(), ffi.NULL, 0)
         if n < 0:
             return None
-        buf = ffi.new("char[]", n + 1)
+        buf = _new_uncleared("char[]", n + 1)   # C fills it; zeroing 17.5 MB first is waste
         lib.edgevlm_model_meta_str(self.handle, which, key.encode(), buf, n + 1)
-        return bytes(ffi.buffer(buf, n)).decode("utf-8", "replace")
+        raw: bytes = ffi.buffer(buf, n)[:]
+        return raw
 
     def meta_str_array(self, which: int, key: str) -> list[str] | None:
         count = lib.edgevlm_model_meta_arr_len(self.handle, which, key.encode())
@@ -136,7 +145,7 @@ class NativeModel:
 def load_tokenizer(model: NativeModel) -> HFTokenizer:
     """The HF tokenizer JSON stored by ``edgevlm convert``, or one rebuilt from llama.cpp's
     ``tokenizer.ggml.*`` arrays."""
-    hf_json = model.meta_str(TEXT, "tokenizer.huggingface.json")
+    hf_json = model.meta_bytes(TEXT, "tokenizer.huggingface.json")
     if hf_json:
         return HFTokenizer.from_json(hf_json, name=f"{model.files.text.name} (HF JSON)")
     from ..tokenizer_gguf import tokenizer_from_ggml
