@@ -145,3 +145,18 @@ def test_hf_json_loads_from_stored_bytes_as_from_text(tiny: Tokenizer) -> None:
         HFTokenizer.from_json(b"not json", name="m.gguf")
     with pytest.raises(ValueError, match=r"m\.gguf: not a tokenizer\.json the tokenizers library"):
         HFTokenizer.from_json(b'{"version": "1.0"}', name="m.gguf")
+
+
+def test_stored_tokenizer_json_is_compact_and_the_same_tokenizer(tiny: Tokenizer) -> None:
+    from edgevlm.convert.vocab import compact_tokenizer_json
+
+    doc = json.loads(tiny.to_str(pretty=True))
+    assert isinstance(doc["model"]["merges"][0], list)   # the pair format the trainer writes
+    text = compact_tokenizer_json(doc)
+    assert len(text) < len(tiny.to_str(pretty=True))
+    stored = json.loads(text)
+    assert all(isinstance(m, str) and m.count(" ") == 1 for m in stored["model"]["merges"])
+    assert_same_tokenization(tiny, Tokenizer.from_str(text))
+    # a merge part with a space keeps the pair format
+    spaced = {**doc, "model": {**doc["model"], "merges": [["a b", "c"]]}}
+    assert json.loads(compact_tokenizer_json(spaced))["model"]["merges"] == [["a b", "c"]]
