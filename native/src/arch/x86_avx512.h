@@ -50,6 +50,10 @@ void ev_avx512_gemm_q8x_q8_0(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx512_gemm_q8x_q4_0(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx512_quantize_i16(const float *x, int16_t *q, float *d, int64_t n);
 
+/* decode against F16/BF16 weights (one token; more: the AVX2 tiles) of x86_avx512_gemv.c */
+void ev_avx512_gemm_f16(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx512_gemm_bf16(const ev_gemm_args *a, int64_t r0, int64_t r1);
+
 /* the many-token product of BF16 weights on bf16-rounded activations of x86_avx512_bf16.c
  * (needs AVX-512 BF16 on top of the set's extensions) */
 void ev_avx512_gemm_bf16x(const ev_gemm_args *a, int64_t r0, int64_t r1);
