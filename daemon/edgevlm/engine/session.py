@@ -20,6 +20,15 @@ def _ptr(ctype: str, array: npt.NDArray[Any] | None) -> Any:
     return ffi.NULL if array is None else ffi.cast(ctype, ffi.from_buffer(array))
 
 
+def _kernel_mode(mode: str) -> int:
+    """The edgevlm_kernel_mode of ``best``, ``fast`` or ``scalar``."""
+    modes = {"best": lib.EDGEVLM_KERNELS_BEST, "fast": lib.EDGEVLM_KERNELS_FAST,
+             "scalar": lib.EDGEVLM_KERNELS_SCALAR}
+    if mode not in modes:
+        raise ValueError(f"unknown kernel mode {mode!r}; use one of {', '.join(modes)}")
+    return int(modes[mode])
+
+
 class NativeSession:
     """Owns an ``edgevlm_session*``. Not thread-safe except :meth:`cancel`."""
 
@@ -63,19 +72,13 @@ class NativeSession:
         """``best`` (full precision, the default), ``fast`` (prefill and the ViT round their
         activations as llama.cpp does, where that is faster on this CPU) or ``scalar`` (the
         reference kernels, for tests)."""
-        modes = {"best": lib.EDGEVLM_KERNELS_BEST, "fast": lib.EDGEVLM_KERNELS_FAST,
-                 "scalar": lib.EDGEVLM_KERNELS_SCALAR}
-        if mode not in modes:
-            raise ValueError(f"unknown kernel mode {mode!r}; use one of {', '.join(modes)}")
-        self._check(lib.edgevlm_session_set_kernels(self.handle, modes[mode]))
+        self._check(lib.edgevlm_session_set_kernels(self.handle, _kernel_mode(mode)))
 
     @staticmethod
     def kernels_name(mode: str) -> str:
         """The kernel set ``mode`` selects on this CPU (``fast`` names the ``best`` set where
         the CPU has no faster rounding)."""
-        code = {"best": lib.EDGEVLM_KERNELS_BEST, "fast": lib.EDGEVLM_KERNELS_FAST,
-                "scalar": lib.EDGEVLM_KERNELS_SCALAR}[mode]
-        return c_string(lib.edgevlm_kernels_name(code))
+        return c_string(lib.edgevlm_kernels_name(_kernel_mode(mode)))
 
     def use_scalar_kernels(self, scalar: bool) -> None:
         self.use_kernels("scalar" if scalar else "best")
