@@ -148,18 +148,24 @@ size_t ev_matmul_scratch_bytes(int32_t wtype, int64_t n_in, int64_t n_tok, int n
     return quant_bytes(n_in, n_tok, 0);
 }
 
+/* The activations ev_matmul quantises for the integer products. */
+typedef enum quant_kind {
+    QUANT_Q8_0,          /* Q8_0 blocks + float scales (decode-sized products) */
+    QUANT_Q8_0_SUMS,     /* + each block's int32 sum (gemm_q8x) */
+    QUANT_I16            /* int16 blocks of 32 + float scales (gemm_q16x) */
+} quant_kind;
+
 /* Points j's quantised activations into scratch ([n_tok][nb] Q8_0 or int16 blocks, then
- * scales, then sums) and quantises the tokens, split across the pool when there are several.
- * kind: 0 Q8_0, 1 Q8_0 with sums (gemm_q8x), 2 int16 (gemm_q16x). */
-static void quantize_into(matmul_job *j, ev_pool *p, uint8_t *scratch, int kind) {
+ * scales, then sums) and quantises the tokens, split across the pool when there are several. */
+static void quantize_into(matmul_job *j, ev_pool *p, uint8_t *scratch, quant_kind kind) {
     const int64_t nb = j->a.n_in / EV_QK, n_tok = j->a.n_tok;
-    const size_t qs = kind == 2 ? 64 : sizeof(ev_block_q8_0);
+    const size_t qs = kind == QUANT_I16 ? 64 : sizeof(ev_block_q8_0);
     const size_t blocks = align64((size_t)(nb * n_tok) * qs);
     const size_t floats = align64((size_t)(nb * n_tok) * 4);
-    j->xq = kind == 2 ? NULL : (ev_block_q8_0 *)scratch;
-    j->xq16 = kind == 2 ? (int16_t *)scratch : NULL;
+    j->xq = kind == QUANT_I16 ? NULL : (ev_block_q8_0 *)scratch;
+    j->xq16 = kind == QUANT_I16 ? (int16_t *)scratch : NULL;
     j->xq_scale = (float *)(scratch + blocks);
-    j->xq_sum = kind == 1 ? (int32_t *)(scratch + blocks + floats) : NULL;
+    j->xq_sum = kind == QUANT_Q8_0_SUMS ? (int32_t *)(scratch + blocks + floats) : NULL;
     j->a.x = scratch;
     j->a.x_stride = nb * (int64_t)qs;
     j->a.x_scale = j->xq_scale;
@@ -199,13 +205,13 @@ void ev_matmul(ev_pool *pool, const ev_kernels *k, int32_t wtype, const void *w,
         j.a.pack = scratch;                    /* threads pack; the activations follow */
         quantize_into(&j, p, (uint8_t *)scratch + sizeof(float) * (size_t)EV_GEMM_PACK_FLOATS *
                                                       (size_t)ev_pool_n_threads(pool),
-                      k->gemm_q8x[wtype] ? 1 : 2);
+                      k->gemm_q8x[wtype] ? QUANT_Q8_0_SUMS : QUANT_I16);
     } else if (j.many) {
         j.a.x = (const uint8_t *)x;            /* float rows; threads pack from scratch */
         j.a.x_stride = n_in * (int64_t)sizeof(float);
         j.a.pack = scratch;
     } else if (t->quantized) {
-        quantize_into(&j, p, scratch, 0);
+        quantize_into(&j, p, scratch, QUANT_Q8_0);
     } else {
         j.a.x = (const uint8_t *)x;
         j.a.x_stride = n_in * (int64_t)sizeof(float);

@@ -15,6 +15,20 @@
 #define EV_AVX512 __attribute__((target(EV_AVX512_TARGET)))
 #define EV_AVX512_INLINE static inline __attribute__((always_inline, target(EV_AVX512_TARGET)))
 
+/* The first min(n, 16) lanes (n >= 0). */
+static inline __mmask16 avx512_mask16(int64_t n) {
+    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+}
+
+/* The micro-kernels' epilogue: 16 outputs of one token (lanes in m) become acc plus, in the
+ * first K chunk, the bias (or nothing), after it what y already holds. */
+EV_AVX512_INLINE void avx512_store_y(float *y, __mmask16 m, __m512 acc, const float *bias,
+                                     int first) {
+    const __m512 base = !first ? _mm512_maskz_loadu_ps(m, y)
+                        : bias ? _mm512_maskz_loadu_ps(m, bias) : _mm512_setzero_ps();
+    _mm512_mask_storeu_ps(y, m, _mm512_add_ps(base, acc));
+}
+
 /* A 16 x 8 matrix of dwords (16 weight rows, 8 dwords of columns each) transposed into 8
  * vectors of 16 lanes, lane i = row i, stored at dst, dst + stride, ... (64-byte aligned).
  * z[k] holds rows (k < 4 ? k : k + 4) and that + 4 in its low and high 256-bit halves; the

@@ -36,10 +36,6 @@ _Static_assert(sizeof(bf16x_pack) <= sizeof(float) * (size_t)EV_GEMM_PACK_FLOATS
 #define EV_AVX512BF16 __attribute__((target(EV_AVX512_TARGET ",avx512bf16")))
 #define EV_AVX512BF16_INLINE static inline __attribute__((always_inline, target(EV_AVX512_TARGET ",avx512bf16")))
 
-static inline __mmask16 mask16(int64_t n) {   /* the first min(n, 16) lanes (n >= 0) */
-    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
-}
-
 /* Tokens [t0, t1), columns [k0, k0 + kc) of the float activations into xb as bf16, each row
  * zero-padded to kcp (a multiple of 32 here: whole vector pairs). */
 EV_AVX512BF16_INLINE void convert_tokens(bf16x_pack *p, const ev_gemm_args *a, int64_t t0,
@@ -48,8 +44,8 @@ EV_AVX512BF16_INLINE void convert_tokens(bf16x_pack *p, const ev_gemm_args *a, i
         const float *x = (const float *)(a->x + t * a->x_stride) + k0;
         uint16_t *dst = p->xb[t - t0];
         for (int c = 0; c < kcp; c += 32) {
-            const __m512 lo = _mm512_maskz_loadu_ps(mask16(kc - c), x + c);
-            const __m512 hi = _mm512_maskz_loadu_ps(kc - c > 16 ? mask16(kc - c - 16) : 0, x + c + 16);
+            const __m512 lo = _mm512_maskz_loadu_ps(avx512_mask16(kc - c), x + c);
+            const __m512 hi = _mm512_maskz_loadu_ps(kc - c > 16 ? avx512_mask16(kc - c - 16) : 0, x + c + 16);
             _mm512_store_si512((__m512i *)(dst + c), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
         }
     }
@@ -61,7 +57,7 @@ EV_AVX512BF16_INLINE void panel_pack(bf16x_pack *p, const ev_gemm_args *a, int64
                                      int64_t k0, int kc, int kcp16) {
     for (int g = 0; g < 2; g++) {
         for (int c = 0; c < kcp16; c += 16) {   /* 16 columns: 8 steps */
-            const __mmask16 m = mask16(kc - c);
+            const __mmask16 m = avx512_mask16(kc - c);
             __m512i z[8];
             for (int k = 0; k < 8; k++) {
                 const int ia = 16 * g + (k < 4 ? k : k + 4), ib = ia + 4;
@@ -102,15 +98,11 @@ EV_AVX512BF16_INLINE void bf16x_tile(const bf16x_pack *p, const ev_gemm_args *a,
     }
 #pragma GCC unroll 2
     for (int g = 0; g < RG; g++) {
-        const __mmask16 m = mask16(R - 16 * g);
+        const __mmask16 m = avx512_mask16(R - 16 * g);
         const float *bias = a->bias ? a->bias + r + 16 * g : NULL;
 #pragma GCC unroll 8
-        for (int j = 0; j < T; j++) {
-            float *y = a->y + (t + j) * a->n_out + r + 16 * g;
-            const __m512 base = !first ? _mm512_maskz_loadu_ps(m, y)
-                                : bias ? _mm512_maskz_loadu_ps(m, bias) : _mm512_setzero_ps();
-            _mm512_mask_storeu_ps(y, m, _mm512_add_ps(base, acc[g][j]));
-        }
+        for (int j = 0; j < T; j++)
+            avx512_store_y(a->y + (t + j) * a->n_out + r + 16 * g, m, acc[g][j], bias, first);
     }
 }
 

@@ -40,7 +40,7 @@ EV_AVX512_INLINE void gemv_tile(const ev_gemm_args *a, int64_t r, const int R, c
             acc[i] = _mm512_fmadd_ps(load16_w(w[i], k, (__mmask16)0xffff, f16), xv, acc[i]);
     }
     if (k < n) {
-        const __mmask16 m = (__mmask16)((1u << (n - k)) - 1u);
+        const __mmask16 m = avx512_mask16(n - k);
         const __m512 xv = _mm512_maskz_loadu_ps(m, x + k);
 #pragma GCC unroll 4
         for (int i = 0; i < R; i++)

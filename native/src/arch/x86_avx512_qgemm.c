@@ -176,16 +176,11 @@ EV_AVX512_INLINE void q_tile(const q_panel *p, const ev_gemm_args *a, int64_t r,
     }
 #pragma GCC unroll 2
     for (int g = 0; g < RG; g++) {
-        const int valid = R - 16 * g;
-        const __mmask16 m = valid >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << valid) - 1u);
+        const __mmask16 m = avx512_mask16(R - 16 * g);
         const float *bias = a->bias ? a->bias + r + 16 * g : NULL;
 #pragma GCC unroll 6
-        for (int j = 0; j < T; j++) {
-            float *y = a->y + (t + j) * a->n_out + r + 16 * g;
-            const __m512 base = kb > 0 ? _mm512_maskz_loadu_ps(m, y)
-                                : bias ? _mm512_maskz_loadu_ps(m, bias) : _mm512_setzero_ps();
-            _mm512_mask_storeu_ps(y, m, _mm512_add_ps(base, facc[g][j]));
-        }
+        for (int j = 0; j < T; j++)
+            avx512_store_y(a->y + (t + j) * a->n_out + r + 16 * g, m, facc[g][j], bias, kb == 0);
     }
 }
 
