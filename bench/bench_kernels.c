@@ -143,7 +143,7 @@ static void bench_one(ev_pool *pool, const ev_kernels *k, int32_t type, int64_t 
 }
 
 int main(int argc, char **argv) {
-    int no_stream = 0, quick = 0, only_threads = 0, runs = 7, only_tok = 0, only_shape = 0;
+    int no_stream = 0, quick = 0, only_threads = 0, runs = 7, only_tok = 0, only_shape = 0, vit = 0;
     const char *types_arg = "q8_0,q4_0,bf16,f16,f32", *set_arg = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
@@ -153,10 +153,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--tok") && i + 1 < argc) only_tok = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) only_shape = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-stream")) no_stream = 1;
+        else if (!strcmp(argv[i], "--vit")) vit = 1;
         else if (!strcmp(argv[i], "--kernels") && i + 1 < argc) set_arg = argv[++i];
         else {
             fprintf(stderr, "usage: %s [--quick] [--threads N] [--types q8_0,...] [--runs N] "
-                            "[--tok 1|128|512] [--shape 1|2|3] [--no-stream] [--kernels scalar|avx2|...]\n",
+                            "[--tok 1|128|512] [--shape 1|2|3] [--vit] [--no-stream] [--kernels scalar|avx2|...]\n"
+                            "  --vit: the vision blocks' shapes at 784 patches (448x448)\n",
                     argv[0]);
             return 2;
         }
@@ -183,8 +185,14 @@ int main(int argc, char **argv) {
     }
     printf("kernels: %s\n", k->name);
     const int32_t all_types[5] = {EV_TYPE_Q8_0, EV_TYPE_Q4_0, EV_TYPE_BF16, EV_TYPE_F16, EV_TYPE_F32};
-    const int64_t shapes[3][2] = {{2048, 2048}, {2048, 6144}, {6144, 2048}};
-    const int64_t toks[3] = {1, 128, 512};
+    /* the decoder's projections (attention, ffn up/gate, ffn down) at 1, 128, 512 tokens, or
+     * with --vit the vision blocks' (qkv, ffn up, ffn down, attention output) at 784 */
+    const int64_t llm_shapes[4][2] = {{2048, 2048}, {2048, 6144}, {6144, 2048}, {0, 0}};
+    const int64_t vit_shapes[4][2] = {{1024, 3072}, {1024, 4096}, {4096, 1024}, {1024, 1024}};
+    const int64_t (*shapes)[2] = vit ? vit_shapes : llm_shapes;
+    const int n_shapes = vit ? 4 : 3;
+    const int64_t llm_toks[3] = {1, 128, 512}, vit_toks[3] = {784, 0, 0};
+    const int64_t *toks = vit ? vit_toks : llm_toks;
     for (int nt = 1; nt <= 2; nt++) {
         if (only_threads && nt != only_threads) continue;
         ev_pool *pool = ev_pool_new(nt);
@@ -193,8 +201,9 @@ int main(int argc, char **argv) {
         for (int ti = 0; ti < 5; ti++) {
             if (!strstr(types_arg, ev_type_get(all_types[ti])->name)) continue;
             for (int ki = 0; ki < 3; ki++) {
-                if ((quick && toks[ki] == 512) || (only_tok && toks[ki] != only_tok)) continue;
-                for (int si = 0; si < 3; si++)
+                if (!toks[ki] || (quick && toks[ki] == 512) || (only_tok && toks[ki] != only_tok))
+                    continue;
+                for (int si = 0; si < n_shapes; si++)
                     if (!only_shape || only_shape == si + 1)
                     bench_one(pool, k, all_types[ti], shapes[si][0], shapes[si][1], toks[ki], runs);
             }

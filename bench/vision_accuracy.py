@@ -2,7 +2,7 @@
 """How far each vision-tower storage type is from the float32 reference, on the 2B checkpoint.
 
     .venv/bin/python bench/vision_accuracy.py [--types f32,q8_0,f16,bf16] [--sizes 448,256]
-        [--threads 2] [--json] [--results DIR]
+        [--precision exact,fast] [--threads 2] [--json] [--results DIR]
 
 The reference is transformers (float32, eager) on the bench's 2B-shaped checkpoint
 (``tools/make_2b_model.py``, built or reused under ``~/.cache/edgevlm/bench/``):
@@ -15,9 +15,15 @@ tokens) and the three DeepStack taps. Each edgevlm tower type encodes the same p
 * ``q8_0`` / ``f16`` / ``bf16``: the engine bench's pairs (``gguf-q8_0``: vision Q8_0, the
   default; ``gguf-q4_0``: vision F16; ``gguf-bf16``: vision BF16), converted if missing.
 
-Per type and image size: the relative Frobenius error ``||ours - ref|| / ||ref||`` of the merged
-rows and of the worst DeepStack tap, the mean and the smallest cosine similarity of a merged
-row with its reference row, and ``max|ours - ref| / max|ref|`` (the parity tests' measure).
+Each type runs at every ``--precision`` (default ``exact``, the engine's default; ``fast``
+rounds the activations as llama.cpp does where the CPU has kernels for it, see
+docs/configuration.md ``model.precision``); a fast row is labelled ``<type> fast``. A row
+``transformers bf16`` (skip it with ``--no-peer``) scores the engine bench's peer the same way:
+the checkpoint run in bf16, which rounds weights and activations to bf16.
+Per type, precision and image size: the relative Frobenius error ``||ours - ref|| / ||ref||``
+of the merged rows and of the worst DeepStack tap, the mean and the smallest cosine similarity
+of a merged row with its reference row, and ``max|ours - ref| / max|ref|`` (the parity
+tests' measure).
 The images are the engine bench's: a 448x448 blurred random scene (the TTFT request's JPEG)
 and 256x256 random noise. Writes ``vision-accuracy-<date>.{md,json}`` into ``--results``
 (default ``bench/results/``). Exit codes: 0 ok, 1 failed, 2 bad arguments.
@@ -63,28 +69,39 @@ def accuracy_images() -> dict[int, Any]:
             256: Image.fromarray(random_image(256))}
 
 
-def reference(checkpoint: Path, pixels: dict[int, Any]) -> dict[int, dict[str, np.ndarray]]:
-    """transformers float32 eager: merged rows [N/4, D] and DeepStack taps [taps, N/4, D]."""
+def transformers_features(checkpoint: Path, pixels: dict[int, Any], bf16: bool = False
+                          ) -> dict[int, dict[str, Any]]:
+    """transformers eager, float32 (the reference) or bf16 (the engine bench's peer): merged
+    rows [N/4, D] and DeepStack taps [taps, N/4, D] as float32, and the encode time."""
     import torch
     from transformers import Qwen3VLForConditionalGeneration
 
-    log("loading the checkpoint in transformers (float32, eager)")
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    log(f"loading the checkpoint in transformers ({'bf16' if bf16 else 'float32'}, eager)")
     model = Qwen3VLForConditionalGeneration.from_pretrained(
-        checkpoint, dtype=torch.float32, attn_implementation="eager").eval()
-    out: dict[int, dict[str, np.ndarray]] = {}
+        checkpoint, dtype=dtype, attn_implementation="eager").eval()
+    out: dict[int, dict[str, Any]] = {}
     with torch.no_grad():
         for size, px in pixels.items():
             t0 = time.perf_counter()
             feats = model.model.get_image_features(
-                torch.from_numpy(np.ascontiguousarray(px.pixel_values, dtype=np.float32)),
-                torch.tensor([px.grid_thw], dtype=torch.int64))
+                torch.from_numpy(np.ascontiguousarray(px.pixel_values, dtype=np.float32))
+                .to(dtype), torch.tensor([px.grid_thw], dtype=torch.int64))
+            ms = (time.perf_counter() - t0) * 1e3
             out[size] = {
-                "embeds": feats.pooler_output[0].numpy().astype(np.float32),
+                "embeds": feats.pooler_output[0].float().numpy(),
                 "deepstack": torch.stack([tap[0] for tap in feats.deepstack_features])
-                .numpy().astype(np.float32)}
-            log(f"reference {size}x{size}: {time.perf_counter() - t0:.1f} s")
+                .float().numpy(), "encode_ms": ms}
+            log(f"transformers {'bf16' if bf16 else 'float32'} {size}x{size}: {ms / 1e3:.1f} s")
     del model
     return out
+
+
+def scored(feats: dict[str, Any], ref: dict[str, Any], ms: float) -> dict[str, Any]:
+    taps = [compare(feats["deepstack"][i], ref["deepstack"][i])
+            for i in range(ref["deepstack"].shape[0])]
+    return {"encode_ms": ms, "merged": compare(feats["embeds"], ref["embeds"]),
+            "deepstack_worst": max(taps, key=lambda t: t["rel_frobenius"])}
 
 
 def compare(ours: np.ndarray, ref: np.ndarray) -> dict[str, float]:
@@ -98,7 +115,7 @@ def compare(ours: np.ndarray, ref: np.ndarray) -> dict[str, float]:
 
 
 def measure(gguf: Path, pixels: dict[int, Any], refs: dict[int, dict[str, np.ndarray]],
-            threads: int) -> dict[int, dict[str, Any]]:
+            threads: int, precision: str = "exact") -> dict[int, dict[str, Any]]:
     from edgevlm.engine.model import NativeModel, find_model_files
     from edgevlm.engine.session import NativeSession
 
@@ -106,16 +123,21 @@ def measure(gguf: Path, pixels: dict[int, Any], refs: dict[int, dict[str, np.nda
     biggest = max(int(np.prod(px.grid_thw)) for px in pixels.values())
     session = NativeSession(model, n_ctx=64, n_threads=threads, n_batch=32,
                             max_patches=biggest)
+    session.use_kernels("fast" if precision == "fast" else "best")
     out: dict[int, dict[str, Any]] = {}
     for size, px in pixels.items():
         t0 = time.perf_counter()
         features, _ = session.encode_vision(px)
         ms = (time.perf_counter() - t0) * 1e3
-        taps = [compare(features.deepstack[i], refs[size]["deepstack"][i])
-                for i in range(refs[size]["deepstack"].shape[0])]
-        out[size] = {"encode_ms": ms, "merged": compare(features.embeddings, refs[size]["embeds"]),
-                     "deepstack_worst": max(taps, key=lambda t: t["rel_frobenius"])}
+        out[size] = scored({"embeds": features.embeddings, "deepstack": features.deepstack},
+                           refs[size], ms)
     return out
+
+
+def row_label(key: str) -> str:
+    """``q8_0 fast`` -> ``Q8_0 fast``; the peer's row as it is."""
+    head, _, rest = key.partition(" ")
+    return key if head == "transformers" else " ".join(filter(None, [head.upper(), rest]))
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -129,10 +151,11 @@ def markdown(report: dict[str, Any]) -> str:
     for vtype, by_size in report["types"].items():
         for size, m in by_size.items():
             g, d = m["merged"], m["deepstack_worst"]
-            lines.append(f"| {vtype.upper()} | {size}x{size} | {g['rel_frobenius']:.2e} | "
+            lines.append(f"| {row_label(vtype)} | {size}x{size} | {g['rel_frobenius']:.2e} | "
                          f"{g['cos_mean']:.6f} / {g['cos_min']:.6f} | {g['rel_max']:.2e} | "
                          f"{d['rel_frobenius']:.2e} | {m['encode_ms']:.0f} |")
-    lines += ["", "Command: `.venv/bin/python bench/vision_accuracy.py`", ""]
+    command = " ".join(["bench/vision_accuracy.py", report.get("args", "")]).strip()
+    lines += ["", f"Command: `.venv/bin/python {command}`", ""]
     return "\n".join(lines)
 
 
@@ -140,6 +163,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--types", default=",".join(TYPES),
                     help=f"vision tower types to compare (default {','.join(TYPES)})")
+    ap.add_argument("--precision", default="exact",
+                    help="comma-separated: exact (the default arithmetic), fast (default exact)")
+    ap.add_argument("--no-peer", dest="peer", action="store_false",
+                    help="skip the transformers bf16 row (the engine bench's peer, measured "
+                         "the same way)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--results", type=Path, default=REPO / "bench" / "results")
     ap.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
@@ -148,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [t for t in types if t not in TYPES]
     if unknown or not types:
         ap.error(f"--types: {', '.join(unknown) or 'empty'} (known: {', '.join(TYPES)})")
+    precisions = [p.strip() for p in args.precision.split(",") if p.strip()]
+    if not precisions or any(p not in ("exact", "fast") for p in precisions):
+        ap.error(f"--precision: {args.precision!r} (known: exact, fast)")
 
     from edgevlm.engine.model import NativeModel, find_model_files, model_family
     from edgevlm.vision.preprocess import preprocess_image
@@ -163,14 +194,20 @@ def main(argv: list[str] | None = None) -> int:
                                      model.info["v_image_std"])
               for size, img in accuracy_images().items()}
     del model
-    refs = reference(checkpoint, pixels)
+    refs = transformers_features(checkpoint, pixels)
     report: dict[str, Any] = {
         "date": dt.datetime.now().strftime("%Y-%m-%d %H:%M"), "threads": args.threads,
         "checkpoint": display_path(checkpoint), "machine": machine_info(), "repo": repo_state(),
-        "types": {}}
+        "args": " ".join(argv if argv is not None else sys.argv[1:]), "types": {}}
+    if args.peer:
+        peer = transformers_features(checkpoint, pixels, bf16=True)
+        report["types"]["transformers bf16"] = {
+            size: scored(peer[size], refs[size], peer[size]["encode_ms"]) for size in pixels}
     for t in types:
-        log(f"encoding with the {t.upper()} tower ({display_path(ggufs[t])})")
-        report["types"][t] = measure(ggufs[t], pixels, refs, args.threads)
+        for prec in precisions:
+            label = t if prec == "exact" else f"{t} fast"
+            log(f"encoding with the {label.upper()} tower ({display_path(ggufs[t])})")
+            report["types"][label] = measure(ggufs[t], pixels, refs, args.threads, prec)
     md = markdown(report)
     args.results.mkdir(parents=True, exist_ok=True)
     stem = args.results / f"vision-accuracy-{dt.datetime.now():%Y-%m-%d-%H%M}"
