@@ -70,31 +70,39 @@ void ev_rows_add(edgevlm_session *s, float *y, const float *x, int64_t rows, int
     run_rows(s, add_task, &j, rows);
 }
 
-/* rows = tokens: q [rows, n_head * hd] and k [rows, n_head_kv * hd] rotated in place */
+/* rows = tokens: the n_q heads of q and the n_k heads of k of each row rotated in place;
+ * row i's heads start at q + i * q_stride and k + i * k_stride (floats) */
 typedef struct rope_job {
     float *q, *k;
+    int64_t q_stride, k_stride;
+    int n_q, n_k, hd;
     const float *cos, *sin;  /* [rows, hd / 2] */
-    const edgevlm_model_info *in;
 } rope_job;
 
 static void rope_task(void *ctx, int64_t r0, int64_t r1, int tid) {
     const rope_job *j = ctx;
-    const int hd = j->in->head_dim;
-    const int64_t q_row = (int64_t)j->in->n_head * hd, kv_row = (int64_t)j->in->n_head_kv * hd;
     for (int64_t i = r0; i < r1; i++) {
-        const float *c = j->cos + i * (hd / 2), *sn = j->sin + i * (hd / 2);
-        ev_rope_rotate_half(j->q + i * q_row, j->in->n_head, hd, c, sn);
-        ev_rope_rotate_half(j->k + i * kv_row, j->in->n_head_kv, hd, c, sn);
+        const float *c = j->cos + i * (j->hd / 2), *sn = j->sin + i * (j->hd / 2);
+        ev_rope_rotate_half(j->q + i * j->q_stride, j->n_q, j->hd, c, sn);
+        ev_rope_rotate_half(j->k + i * j->k_stride, j->n_k, j->hd, c, sn);
     }
+}
+
+void ev_rows_rope(edgevlm_session *s, float *q, int64_t q_stride, int n_q, float *k,
+                  int64_t k_stride, int n_k, int hd, int64_t rows, const float *cos,
+                  const float *sin) {
+    rope_job j = {q, k, q_stride, k_stride, n_q, n_k, hd, cos, sin};
+    if (rows < 2 || rows * n_q * hd < INLINE_ELEMS) {
+        rope_task(&j, 0, rows, 0);
+        return;
+    }
+    ev_pool_for(s->pool, rows, 1, rope_task, &j);
 }
 
 void ev_rows_rope_qk(edgevlm_session *s, float *q, float *k, int64_t rows, const float *cos,
                      const float *sin) {
     const edgevlm_model_info *in = &s->model->info;
-    rope_job j = {q, k, cos, sin, in};
-    if (rows < 2 || rows * in->n_head * in->head_dim < INLINE_ELEMS) {
-        rope_task(&j, 0, rows, 0);
-        return;
-    }
-    ev_pool_for(s->pool, rows, 1, rope_task, &j);
+    const int hd = in->head_dim;
+    ev_rows_rope(s, q, (int64_t)in->n_head * hd, in->n_head, k, (int64_t)in->n_head_kv * hd,
+                 in->n_head_kv, hd, rows, cos, sin);
 }

@@ -84,21 +84,6 @@ static void vit_rope_tables(const edgevlm_model_info *in, ev_vit_scratch *v, int
     }
 }
 
-/* q and k of rows [r0, r1) rotated in place (rows of qkv are [q | k | v], 3C floats) */
-static void vit_rope_task(void *ctx, int64_t r0, int64_t r1, int tid) {
-    (void)tid;
-    edgevlm_session *s = ctx;
-    const edgevlm_model_info *in = &s->model->info;
-    ev_vit_scratch *v = &s->v;
-    const int64_t c = in->v_n_embd;
-    const int hd = (int)(c / in->v_n_head), half = hd / 2;
-    for (int64_t r = r0; r < r1; r++) {
-        const float *cs = v->rope_cos + r * half, *sn = v->rope_sin + r * half;
-        ev_rope_rotate_half(v->qkv + r * 3 * c, in->v_n_head, hd, cs, sn);      /* q */
-        ev_rope_rotate_half(v->qkv + r * 3 * c + c, in->v_n_head, hd, cs, sn);  /* k */
-    }
-}
-
 /* max of row[0, n), n >= 1. Finite-math for this function only lets GCC vectorise the
  * reduction (vmaxps): as strict float code it was a serial chain of vmaxss, 3 % of a 448x448
  * encode. The scores are finite (a NaN would make exp_sum's result NaN either way). */
@@ -247,7 +232,8 @@ edgevlm_status ev_vision_forward(edgevlm_session *s, const float *pixel_values, 
         const ev_vit_layer *L = &m->vlayers[l];
         vit_layernorm(s, v->y, v->h, &L->ln1_w, &L->ln1_b, n, c);
         ev_linear(s, &L->qkv_w, &L->qkv_b, v->y, n, v->qkv);
-        ev_pool_for(s->pool, n, 1, vit_rope_task, s);
+        ev_rows_rope(s, v->qkv, 3 * c, in->v_n_head, v->qkv + c, 3 * c, in->v_n_head,
+                     (int)(c / in->v_n_head), n, v->rope_cos, v->rope_sin);   /* rows [q|k|v] */
         vit_attn_job job = {s, (int64_t)gh * gw};
         ev_pool_for(s->pool, n / job.segment * in->v_n_head, 1, vit_attn_task, &job);
         ev_linear(s, &L->out_w, &L->out_b, v->att, n, v->y);
