@@ -122,6 +122,11 @@ void edgevlm_model_get_info(const edgevlm_model *model, edgevlm_model_info *out)
  * answer and the first image do not pay ~10^5 page faults. Optional; thread-safe; the engine
  * runs it beside the tokenizer's construction. Returns the bytes mapped. */
 int64_t edgevlm_model_prefault(const edgevlm_model *model);
+/* The same for one file: the text file (which==0) or the mmproj file (which==1; 0 bytes when
+ * the model has none). The engine maps the text file before the first answer and the mmproj
+ * file after it, so a text answer right after a cold start does not wait for the vision
+ * tower's pages. */
+int64_t edgevlm_model_prefault_file(const edgevlm_model *model, int which);
 
 /* Metadata of the text file (which==0) or the mmproj file (which==1), by key.
  * Strings: copies at most buf_len bytes (NUL-terminated) and returns the full length, or -1

@@ -368,8 +368,12 @@ static int64_t prefault_map(const gguf_file *f) {
 }
 
 int64_t edgevlm_model_prefault(const edgevlm_model *model) {
-    if (!model) return 0;
-    return prefault_map(&model->text) + prefault_map(&model->vision);
+    return edgevlm_model_prefault_file(model, 0) + edgevlm_model_prefault_file(model, 1);
+}
+
+int64_t edgevlm_model_prefault_file(const edgevlm_model *model, int which) {
+    if (!model || (which != 0 && which != 1)) return 0;
+    return prefault_map(which == 0 ? &model->text : &model->vision);
 }
 
 void edgevlm_model_get_info(const edgevlm_model *model, edgevlm_model_info *out) {

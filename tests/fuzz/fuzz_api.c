@@ -263,6 +263,9 @@ static void use_loaded(edgevlm_model *m, int vision) {
     edgevlm_model_info mi;
     edgevlm_model_get_info(m, &mi);
     edgevlm_model_prefault(m);
+    edgevlm_model_prefault_file(m, 1);
+    edgevlm_model_prefault_file(m, -1);
+    edgevlm_model_prefault_file(NULL, 0);
     char small[8];
     edgevlm_model_meta_str(m, 0, "general.architecture", small, sizeof small);
     edgevlm_model_meta_arr_len(m, 0, "tokenizer.ggml.tokens");

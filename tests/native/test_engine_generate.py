@@ -88,13 +88,17 @@ def test_greedy_generation_reproduces_transformers(model: str, case: str,
 def test_prefault_maps_both_files_and_the_engine_still_answers(model: str,
                                                                engines: dict[str, Engine]
                                                                ) -> None:
-    """Engine.load maps the weights' pages beside the tokenizer's construction; mapping them
-    again reports both files' sizes, and a model freshly loaded that way answers the same."""
+    """Engine.load maps the weights' pages beside the tokenizer's construction (the text
+    file before the first answer, the mmproj file after); mapping them again reports each
+    file's size, and a model freshly loaded that way answers the same."""
     engine = engines[model]
     files = engine.files
     assert files.mmproj is not None
-    want = files.text.stat().st_size + files.mmproj.stat().st_size
-    assert engine.model.prefault() == want
+    text, mmproj = files.text.stat().st_size, files.mmproj.stat().st_size
+    assert engine.model.prefault() == text + mmproj
+    assert engine.model.prefault(0) == text
+    assert engine.model.prefault(1) == mmproj
+    assert engine.model.prefault(2) == 0          # no such file: nothing, no error
     messages = [{"role": "user", "content": "Hello"}]
     again = Engine.load(files.text.parent, threads=1, context=64)
     assert (again.generate(messages, max_tokens=3, temperature=0.0).tokens

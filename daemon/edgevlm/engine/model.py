@@ -86,9 +86,12 @@ class NativeModel:
             for name in dir(info)}
         self._lock = threading.Lock()
 
-    def prefault(self) -> int:
-        """Maps the files' pages now (C, without the GIL); returns the bytes mapped."""
-        return int(lib.edgevlm_model_prefault(self.handle))
+    def prefault(self, which: int | None = None) -> int:
+        """Maps the files' pages now (C, without the GIL): both files, or the text file
+        (``which=0``) or the mmproj file (``which=1``); returns the bytes mapped."""
+        if which is None:
+            return int(lib.edgevlm_model_prefault(self.handle))
+        return int(lib.edgevlm_model_prefault_file(self.handle, which))
 
     def meta_str(self, which: int, key: str) -> str | None:
         raw = self.meta_bytes(which, key)
