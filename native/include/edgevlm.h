@@ -119,13 +119,14 @@ void edgevlm_model_free(edgevlm_model *model);
 void edgevlm_model_get_info(const edgevlm_model *model, edgevlm_model_info *out);
 /* Maps every page of both files into the process now (madvise MADV_POPULATE_READ, or one read
  * per page on kernels without it), reading from disk what the page cache lacks, so the first
- * answer and the first image do not pay ~10^5 page faults. Optional; thread-safe; the engine
- * runs it beside the tokenizer's construction. Returns the bytes mapped. */
+ * answer and the first image do not pay ~10^5 page faults. Optional; thread-safe (the model
+ * must outlive the call: the engine's thread holds a reference). Returns the
+ * bytes mapped. */
 int64_t edgevlm_model_prefault(const edgevlm_model *model);
 /* The same for one file: the text file (which==0) or the mmproj file (which==1; 0 bytes when
- * the model has none). The engine maps the text file before the first answer and the mmproj
- * file after it, so a text answer right after a cold start does not wait for the vision
- * tower's pages. */
+ * the model has none). The Python engine runs the text file's, then the mmproj file's, on a
+ * thread of its own beside the tokenizer's construction and the first answer, so a text
+ * answer right after a cold start follows the read and never waits for the vision tower. */
 int64_t edgevlm_model_prefault_file(const edgevlm_model *model, int which);
 
 /* Metadata of the text file (which==0) or the mmproj file (which==1), by key.
