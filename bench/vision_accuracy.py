@@ -45,6 +45,8 @@ import numpy as np
 from engine_common import REPO, cache_root, display_path, log, random_image, ttft_image_jpeg
 from engine_setup import ensure_checkpoint, ensure_gguf, machine_info, repo_state
 
+from edgevlm.engine.engine import PRECISIONS  # precision name -> the session's kernel mode
+
 # vision type -> the engine bench's text type whose pair carries that tower
 BENCH_PAIR = {"q8_0": "q8_0", "f16": "q4_0", "bf16": "bf16"}
 TYPES = ("f32", "q8_0", "f16", "bf16")
@@ -71,15 +73,16 @@ def accuracy_images() -> dict[int, Any]:
 
 def transformers_features(checkpoint: Path, pixels: dict[int, Any], bf16: bool = False
                           ) -> dict[int, dict[str, Any]]:
-    """transformers eager, float32 (the reference) or bf16 (the engine bench's peer): merged
-    rows [N/4, D] and DeepStack taps [taps, N/4, D] as float32, and the encode time."""
+    """transformers float32 eager (the reference) or bf16 sdpa (the engine bench's peer):
+    merged rows [N/4, D] and DeepStack taps [taps, N/4, D] as float32, and the encode time."""
     import torch
     from transformers import Qwen3VLForConditionalGeneration
 
     dtype = torch.bfloat16 if bf16 else torch.float32
-    log(f"loading the checkpoint in transformers ({'bf16' if bf16 else 'float32'}, eager)")
+    attn = "sdpa" if bf16 else "eager"      # the bench's peer runs sdpa
+    log(f"loading the checkpoint in transformers ({'bf16' if bf16 else 'float32'}, {attn})")
     model = Qwen3VLForConditionalGeneration.from_pretrained(
-        checkpoint, dtype=dtype, attn_implementation="eager").eval()
+        checkpoint, dtype=dtype, attn_implementation=attn).eval()
     out: dict[int, dict[str, Any]] = {}
     with torch.no_grad():
         for size, px in pixels.items():
@@ -123,7 +126,7 @@ def measure(gguf: Path, pixels: dict[int, Any], refs: dict[int, dict[str, np.nda
     biggest = max(int(np.prod(px.grid_thw)) for px in pixels.values())
     session = NativeSession(model, n_ctx=64, n_threads=threads, n_batch=32,
                             max_patches=biggest)
-    session.use_kernels("fast" if precision == "fast" else "best")
+    session.use_kernels(PRECISIONS[precision])
     out: dict[int, dict[str, Any]] = {}
     for size, px in pixels.items():
         t0 = time.perf_counter()
@@ -177,8 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or not types:
         ap.error(f"--types: {', '.join(unknown) or 'empty'} (known: {', '.join(TYPES)})")
     precisions = [p.strip() for p in args.precision.split(",") if p.strip()]
-    if not precisions or any(p not in ("exact", "fast") for p in precisions):
-        ap.error(f"--precision: {args.precision!r} (known: exact, fast)")
+    if not precisions or any(p not in PRECISIONS for p in precisions):
+        ap.error(f"--precision: {args.precision!r} (known: {', '.join(PRECISIONS)})")
 
     from edgevlm.engine.model import NativeModel, find_model_files, model_family
     from edgevlm.vision.preprocess import preprocess_image
