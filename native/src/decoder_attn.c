@@ -131,8 +131,8 @@ static void attn_tiled_task(void *ctx, int64_t start, int64_t end, int tid) {
                     c[i] = 1.0f;
                     continue;
                 }
-                float mx = m[i];
-                for (int64_t t = 0; t < nv; t++) mx = row[t] > mx ? row[t] : mx;
+                float mx = ev_row_max(row, nv);
+                mx = m[i] > mx ? m[i] : mx;                 /* m[i]: -inf on the first chunk */
                 c[i] = expf(m[i] - mx);                     /* 0 on the first chunk */
                 l[i] = l[i] * c[i] + k->exp_sum_f32(row, nv, mx);
                 m[i] = mx;

@@ -162,6 +162,7 @@ void ev_rmsnorm(float *out, const float *x, const float *w, int64_t n_rows, int6
 void ev_layernorm(float *out, const float *x, const float *w, const float *b, int64_t n_rows,
                   int64_t n, float eps);
 void ev_softmax(float *x, int64_t n);                    /* in place, max-subtracted */
+float ev_row_max(const float *x, int64_t n);             /* n >= 1 finite values (scores) */
 void ev_gelu_tanh(float *x, int64_t n);                  /* in place */
 void ev_gelu_erf(float *x, int64_t n);                   /* in place */
 void ev_silu_mul(float *gate, const float *up, int64_t n); /* gate = silu(gate) * up */

@@ -84,18 +84,6 @@ static void vit_rope_tables(const edgevlm_model_info *in, ev_vit_scratch *v, int
     }
 }
 
-/* max of row[0, n), n >= 1. Finite-math for this function only lets GCC vectorise the
- * reduction (vmaxps): as strict float code it was a serial chain of vmaxss, 3 % of a 448x448
- * encode. The scores are finite (a NaN would make exp_sum's result NaN either way). */
-#if defined(__GNUC__) && !defined(__clang__)
-__attribute__((optimize("finite-math-only", "no-signed-zeros")))
-#endif
-static float row_max(const float *row, int64_t n) {
-    float mx = row[0];
-    for (int64_t t = 1; t < n; t++) mx = row[t] > mx ? row[t] : mx;
-    return mx;
-}
-
 typedef struct vit_attn_job {
     edgevlm_session *s;
     int64_t segment;               /* patches per attention segment (one temporal group) */
@@ -130,7 +118,7 @@ static void vit_attn_task(void *ctx, int64_t start, int64_t end, int tid) {
             k->sgemm_f32(qb, S, hd, scale, q + q0 * 3 * c, 3 * c, kt, S, p, S);
             for (int64_t i = 0; i < qb; i++) {
                 float *row = p + i * S;
-                inv[i] = 1.0f / k->exp_sum_f32(row, S, row_max(row, S));
+                inv[i] = 1.0f / k->exp_sum_f32(row, S, ev_row_max(row, S));
             }
             float *out = s->v.att + (seg0 + q0) * c + h * hd;
             k->sgemm_f32(qb, hd, S, 1.0f, p, S, vh, hd, out, c);

@@ -495,6 +495,19 @@ static void test_softmax_closed_form(void) {
     CHECK_NEAR(y[1], 0.25, 1e-7);
 }
 
+/* the max at every position of rows of 1..70 (vector body and tail), all values negative */
+static void test_row_max_every_position(void) {
+    float x[70];
+    for (int64_t n = 1; n <= 70; n++) {
+        for (int64_t at = 0; at < n; at++) {
+            for (int64_t i = 0; i < n; i++) x[i] = -100.0f - (float)((i * 37) % 11);
+            x[at] = -1.5f;
+            CHECK_MSG(ev_row_max(x, n) == -1.5f, "ev_row_max n=%lld max at %lld",
+                      (long long)n, (long long)at);
+        }
+    }
+}
+
 static void test_activations_closed_form(void) {
     const float pts[] = {-10, -3, -1, -0.5f, 0, 0.1f, 0.5f, 1, 2, 3, 10};
     const int n = (int)(sizeof pts / sizeof pts[0]);
@@ -529,6 +542,7 @@ int main(void) {
     test_rmsnorm_closed_form();
     test_layernorm_closed_form();
     test_softmax_closed_form();
+    test_row_max_every_position();
     test_activations_closed_form();
     return tu_report("test_kernels");
 }
