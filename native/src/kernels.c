@@ -270,13 +270,31 @@ void ev_gemm_dq_run(const ev_gemm_args *a, int64_t r0, int64_t r1, const ev_gemm
 
 /* ---- row operations -------------------------------------------------------------------- */
 
+/* sum(x[i] - c), or with square sum((x[i] - c)^2), in double over 8 interleaved partial
+ * sums added in a fixed order: 8 independent add chains (one chain of n dependent adds was
+ * latency-bound, 4 cycles an element: LayerNorm was 1.8 % of a 448x448 encode), and the same
+ * result whatever the compiler vectorises. Inlined, so each use is specialised on square. */
+static inline double row_sum(const float *x, int64_t n, double c, const int square) {
+    double part[8] = {0.0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) {
+            const double v = (double)x[i + j] - c;
+            part[j] += square ? v * v : v;
+        }
+    for (; i < n; i++) {
+        const double v = (double)x[i] - c;
+        part[i & 7] += square ? v * v : v;
+    }
+    return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
 void ev_rmsnorm(float *out, const float *x, const float *w, int64_t n_rows, int64_t n,
                 float eps) {
     for (int64_t r = 0; r < n_rows; r++) {
         const float *xr = x + r * n;
         float *o = out + r * n;
-        double ss = 0.0;
-        for (int64_t i = 0; i < n; i++) ss += (double)xr[i] * (double)xr[i];
+        const double ss = row_sum(xr, n, 0.0, 1);
         const float inv = 1.0f / sqrtf((float)(ss / (double)n) + eps);
         for (int64_t i = 0; i < n; i++) o[i] = w[i] * (xr[i] * inv);
     }
@@ -287,11 +305,8 @@ void ev_layernorm(float *out, const float *x, const float *w, const float *b, in
     for (int64_t r = 0; r < n_rows; r++) {
         const float *xr = x + r * n;
         float *o = out + r * n;
-        double sum = 0.0;
-        for (int64_t i = 0; i < n; i++) sum += xr[i];
-        const double mean = sum / (double)n;
-        double var = 0.0;
-        for (int64_t i = 0; i < n; i++) var += ((double)xr[i] - mean) * ((double)xr[i] - mean);
+        const double mean = row_sum(xr, n, 0.0, 0) / (double)n;
+        const double var = row_sum(xr, n, mean, 1);
         const float inv = 1.0f / sqrtf((float)(var / (double)n) + eps);
         const float m = (float)mean;
         for (int64_t i = 0; i < n; i++) {
