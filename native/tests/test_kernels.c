@@ -370,6 +370,13 @@ static void test_matmul_against_double_reference(void) {
         CHECK_MSG(bad == 0, "matmul %s odd n_in: %d off", ev_type_get(TYPES[ti])->name, bad);
     }
     CHECK(check_matmul(pools[1], sets[0], EV_TYPE_Q4_0, 20, 6144, 17, 1) == 0);
+    /* the integer products' y blocks and K chunks together: one thread, 250 tokens, 500 rows
+     * (two y blocks), 17 blocks of K (chunks of 16 and 1) */
+    for (int si = 1; si < n_sets; si++)
+        for (int ti = 3; ti < 5; ti++)   /* Q8_0, Q4_0 */
+            CHECK_MSG(check_matmul(pools[0], sets[si], TYPES[ti], 500, 544, 250, 0) == 0,
+                      "matmul %s %s 500x544 n_tok=250: y blocks x K chunks", sets[si]->name,
+                      ev_type_get(TYPES[ti])->name);
     ev_pool_free(pools[0]);
     ev_pool_free(pools[1]);
 }

@@ -27,10 +27,14 @@
  * prefetches the y it will add to: the y load at its end, from L2, was 7 % of its samples.
  *
  * Loop nest: rows in y blocks of Y_BLOCK_BYTES (enough rows that their y over every token
- * fits half of L2); K in chunks of 24 KiB of panel (L1); the block's rows in panels of 48;
- * every token (the chunk's activations stay in L2). The first chunk writes y (with the bias),
- * later ones add. Without the y blocks every K chunk swept all of y through L3: up to 20 %
- * slower at the ViT's 784 x 4096 outputs, ~10 % at 512-token prefill (bench_kernels --vit).
+ * fits half of L2); K in chunks of 48 KiB of panel (16 int16 / 32 int8 blocks: more than
+ * L1, but half the tile calls and y updates of a 24 KiB chunk, +3-8 %); the block's rows in
+ * panels of 48; every token (the chunk's activations stay in L2). The first chunk writes y
+ * (with the bias), later ones add. Without the y blocks every K chunk swept all of y through
+ * L3: up to 20 % slower at the ViT's 784 x 4096 outputs, ~10 % at 512-token prefill
+ * (bench_kernels --vit). While a panel's tiles run, the last PF_TILES of them prefetch the
+ * next panel's weight rows: packing had waited on DRAM (8 % of a 256x256 encode's samples,
+ * 4.8 % after; prefill +10-17 %).
  */
 #if defined(__x86_64__)
 
@@ -41,17 +45,16 @@
 #define RGM 3                   /* row groups of 16 lanes per panel */
 #define PR (16 * RGM)           /* rows per panel */
 #define MT 4                    /* tokens per micro-tile */
-#define MAX_KCB 16              /* blocks per K chunk: 16 (int8) or 8 (int16) */
-#define PANEL_BYTES (8 * PR * 64) /* weights of a panel's K chunk: 8 int16 blocks, 24 KiB */
+#define MAX_KCB 32              /* blocks per K chunk: 32 (int8) or 16 (int16) */
+#define PANEL_BYTES (16 * PR * 64) /* weights of a panel's K chunk: 16 int16 blocks, 48 KiB */
 #define Y_BLOCK_BYTES (512 * 1024) /* y of one row block: half of a 1 MiB L2 */
-#ifndef PF_TILES
 #define PF_TILES 16             /* tiles over which the next panel's weights are prefetched */
-#endif
 
 typedef struct q_panel {
     _Alignas(64) uint8_t wq[PANEL_BYTES];   /* [block][step][group][16 rows][4 bytes] */
     _Alignas(64) float dw[MAX_KCB][PR];     /* d_w of the block for rows 0..PR-1 */
 } q_panel;
+_Static_assert(sizeof(q_panel) <= sizeof(float) * EV_GEMM_PACK_FLOATS, "q_panel fits a->pack");
 
 /* bytes of a block's panel: PR rows x 32 columns x the activation width */
 #define BLOCK_BYTES(x16) ((x16) ? PR * 64 : PR * 32)
@@ -229,7 +232,7 @@ EV_AVX512_INLINE void q_gemm(const ev_gemm_args *a, int64_t r0, int64_t r1, cons
     const int64_t nb = a->n_in / EV_QK;
     const int kcb = PANEL_BYTES / BLOCK_BYTES(x16);
     const int shift = q4 ? 3 : 7;              /* q8x: the unsigned offset o = 8 or 128 */
-    q_panel *p = (q_panel *)(void *)a->pack;   /* 64-byte aligned, 1.2 MiB (uses 27 KiB) */
+    q_panel *p = (q_panel *)(void *)a->pack;   /* 64-byte aligned, 1.2 MiB (uses 54 KiB) */
     /* rows per y block: its y (rows x n_tok floats) stays in L2 across the K chunks */
     int64_t rows_per_yb = (int64_t)Y_BLOCK_BYTES / (4 * (a->n_tok > 0 ? a->n_tok : 1)) / PR * PR;
     if (rows_per_yb < PR) rows_per_yb = PR;
