@@ -502,6 +502,32 @@ static void test_softmax_closed_form(void) {
     CHECK_NEAR(y[1], 0.25, 1e-7);
 }
 
+/* rows of 1..40 (the 8-lane body of the double sums and their tail) against plain double
+ * loops, values offset by 100 so the mean matters */
+static void test_norms_against_double_loops(void) {
+    float x[40], w[40], b[40], out[40];
+    for (int64_t n = 1; n <= 40; n++) {
+        for (int64_t i = 0; i < n; i++) {
+            x[i] = 100.0f + (float)((i * 37) % 23) * 0.25f - (float)(i % 3);
+            w[i] = 0.5f + (float)(i % 5) * 0.125f;
+            b[i] = (float)(i % 4) - 1.5f;
+        }
+        double sum = 0.0, ss = 0.0, var = 0.0;
+        for (int64_t i = 0; i < n; i++) sum += x[i], ss += (double)x[i] * x[i];
+        const double mean = sum / (double)n;
+        for (int64_t i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
+        const double inv_ln = 1.0 / sqrt(var / (double)n + 1e-5), inv_rms = 1.0 / sqrt(ss / (double)n + 1e-5);
+        ev_layernorm(out, x, w, b, 1, n, 1e-5f);
+        for (int64_t i = 0; i < n; i++)
+            CHECK_MSG(fabs(out[i] - ((x[i] - mean) * inv_ln * w[i] + b[i])) < 2e-4,
+                      "layernorm n=%lld i=%lld", (long long)n, (long long)i);
+        ev_rmsnorm(out, x, w, 1, n, 1e-5f);
+        for (int64_t i = 0; i < n; i++)
+            CHECK_MSG(fabs(out[i] - x[i] * inv_rms * w[i]) < 1e-5, "rmsnorm n=%lld i=%lld",
+                      (long long)n, (long long)i);
+    }
+}
+
 /* the max at every position of rows of 1..70 (vector body and tail), all values negative */
 static void test_row_max_every_position(void) {
     float x[70];
@@ -549,6 +575,7 @@ int main(void) {
     test_rmsnorm_closed_form();
     test_layernorm_closed_form();
     test_softmax_closed_form();
+    test_norms_against_double_loops();
     test_row_max_every_position();
     test_activations_closed_form();
     return tu_report("test_kernels");

@@ -227,6 +227,17 @@ static const q_tile_fn TILES[2][RGM + 1][MT + 1] = {
     {{NULL}, Q_ROW(1, 1), Q_ROW(1, 2), Q_ROW(1, 3)},
 };
 
+/* Tile i of a panel's n_tiles: from tile n_tiles - PF_TILES on, each tile prefetches its
+ * share of the next panel's rows (rows of bytes each, stride apart, from w). */
+EV_AVX512_INLINE void prefetch_share(const uint8_t *w, int64_t stride, int64_t rows,
+                                     int64_t bytes, int64_t i, int64_t n_tiles) {
+    const int64_t first = n_tiles > PF_TILES ? n_tiles - PF_TILES : 0;
+    if (i < first) return;
+    const int64_t k = i - first, m = n_tiles - first;
+    for (int64_t r = k * rows / m; r < (k + 1) * rows / m; r++)
+        for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(w + r * stride + o), _MM_HINT_T0);
+}
+
 EV_AVX512_INLINE void q_gemm(const ev_gemm_args *a, int64_t r0, int64_t r1, const int q4,
                              const int x16) {
     const int64_t nb = a->n_in / EV_QK;
@@ -252,15 +263,9 @@ EV_AVX512_INLINE void q_gemm(const ev_gemm_args *a, int64_t r0, int64_t r1, cons
                 const int64_t rows_next = rn < r1 ? (r1 - rn < PR ? r1 - rn : PR) : 0;
                 const int64_t bytes_next = (nb - kbn < kcb ? nb - kbn : kcb) * (int64_t)bsz;
                 const uint8_t *w_next = a->w + rn * a->w_stride + kbn * (int64_t)bsz;
-                const int64_t pf0 = n_tiles > PF_TILES ? n_tiles - PF_TILES : 0;
                 const q_tile_fn *tiles = TILES[x16][(R + 15) / 16];
                 for (int64_t i = 0; i < n_tiles; i++) {
-                    if (i >= pf0) {
-                        const int64_t k = i - pf0, m = n_tiles - pf0;
-                        for (int64_t ri = k * rows_next / m; ri < (k + 1) * rows_next / m; ri++)
-                            for (int64_t o = 0; o < bytes_next; o += 64)
-                                _mm_prefetch((const char *)(w_next + ri * a->w_stride + o), _MM_HINT_T0);
-                    }
+                    prefetch_share(w_next, a->w_stride, rows_next, bytes_next, i, n_tiles);
                     const int64_t t = i * MT;
                     tiles[a->n_tok - t < MT ? a->n_tok - t : MT](p, a, r, R, t, kb, n, shift);
                 }
