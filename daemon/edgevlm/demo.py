@@ -89,13 +89,15 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def mosquitto_broker(binary: str, timeout: float = 10.0) -> Iterator[int]:
-    """A private mosquitto on 127.0.0.1 (free port, temp config, no persistence)."""
+def mosquitto_broker(binary: str, timeout: float = 10.0, nodelay: bool = True
+                     ) -> Iterator[int]:
+    """A private mosquitto on 127.0.0.1 (free port, temp config, no persistence; Nagle's
+    algorithm off unless ``nodelay`` is false)."""
     with tempfile.TemporaryDirectory(prefix="edgevlm-demo-") as tmp:
         port = _free_port()
         conf = Path(tmp) / "mosquitto.conf"
         conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\n"
-                        "persistence false\nset_tcp_nodelay true\n"
+                        f"persistence false\nset_tcp_nodelay {str(nodelay).lower()}\n"
                         f"log_dest file {tmp}/mosquitto.log\n")
         proc = subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,48 @@ def test_answer_finished_while_the_broker_is_down_is_sent_after_reconnect(
     assert engine_calls == ["during-outage"]
     wait_until(lambda: service.replier.outstanding == 0,
                what="the request to be acknowledged after the answer was confirmed")
+
+
+def test_requests_redelivered_after_lost_acks_are_acknowledged_not_answered_again(
+        make_service, mqtt_client, monkeypatch, engine_calls):
+    """A connection reset loses the acks the broker had not read yet, and it redelivers those
+    requests (DUP) after the reconnect. Each was answered once, and its copy is only
+    acknowledged: an answer, a ``busy`` and a refusal alike (the last two are not remembered
+    for a client's retry, yet a redelivered copy is no retry)."""
+    monkeypatch.setenv(TEST_DELAY_ENV, "1000")
+    session = {"mqtt.client_id": "edgevlm-lost-acks", "limits.max_queue": 1,
+               "mqtt.reconnect_min_s": 0.2, "mqtt.reconnect_max_s": 1}
+    service = make_service(**session)
+    held: list[int] = []
+    real_ack = service.link.ack
+    monkeypatch.setattr(service.link, "ack", lambda mid, qos: held.append(mid))
+    client = mqtt_client()
+    client.sub(REPLY)
+    props = v5_properties(REPLY)
+    client.pub(f"{BASE}/request/describe", ask("running"), properties=props)
+    wait_until(lambda: service.metrics.busy, what="the first request to start")
+    client.pub(f"{BASE}/request/describe", ask("queued"), properties=props)
+    client.pub(f"{BASE}/request/describe", ask("busy"), properties=props)
+    client.pub(f"{BASE}/request/describe", {"v": 1, "id": "bad", "messages": []},
+               properties=props)
+    got = answers(client, 4)
+    assert {rid: a.get("error", {}).get("type", a["status"]) for rid, a in got.items()} == {
+        "running": "ok", "queued": "ok", "busy": "busy", "bad": "invalid_request"}
+    wait_until(lambda: len(held) == 4, what="the four acks (held back: lost in the reset)")
+    deduplicated = service.metrics.snapshot()["requests"]["deduplicated"]
+
+    monkeypatch.setattr(service.link, "ack", real_ack)
+    service.link._client.socket().shutdown(socket.SHUT_RDWR)   # the connection drops
+    wait_until(lambda: service.metrics.snapshot()["requests"]["deduplicated"]
+               == deduplicated + 4, what="the four redelivered copies")
+    wait_until(lambda: service.replier.outstanding == 0, what="the copies to be acknowledged")
+    time.sleep(0.5)
+    assert len(client.inbox.on(REPLY)) == 4, "a redelivered copy was answered again"
+    assert engine_calls == ["running", "queued"]
+    service.stop("restart on the same session")
+    again = make_service(**session)
+    time.sleep(1.0)  # a request still unacknowledged would be redelivered right away
+    assert again.metrics.snapshot()["requests"]["received"] == 0, "a copy was not acked"
 
 
 # --------------------------------------------------------------------------- subprocess daemon

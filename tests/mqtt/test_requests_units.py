@@ -10,7 +10,7 @@ from edgevlm.mqtt.client import publish_packet_size
 from edgevlm.mqtt.dedupe import DedupeMemory
 from edgevlm.mqtt.jobs import JobQueue
 from edgevlm.mqtt.replies import Ack, Route
-from edgevlm.mqtt.requests import dedupe_key
+from edgevlm.mqtt.requests import dedupe_key, refusal_key
 from edgevlm.mqtt.topics import RequestTopic, Topics
 from edgevlm.protocol import Response
 
@@ -105,6 +105,46 @@ def test_dedupe_does_not_remember_when_told_not_to():
     memory.claim("k", Route("edgevlm/r"), None)
     memory.complete("k", response("k"), remember=False)
     assert memory.claim("k", Route("edgevlm/r"), None).kind == "new"
+
+
+def test_dedupe_a_redelivery_of_an_answer_not_remembered_is_only_acknowledged():
+    """``busy`` (and the other answers a retry does not get again) and refusals: a client's
+    retry runs again, a broker's redelivered copy of the answered message does not."""
+    memory = DedupeMemory()
+    a, b = Route("edgevlm/a"), Route("edgevlm/b")
+    memory.claim("k", a, Ack(1, 1))
+    memory.complete("k", response("k"), remember=False)
+    memory.mark_sent("k", [a])
+    assert memory.claim("k", a, Ack(1, 1), redelivered=True).kind == "sent"
+    assert memory.claim("k", b, Ack(2, 1), redelivered=True).kind == "new", "another route"
+    memory.forget("k")
+    assert memory.claim("k", a, Ack(3, 1)).kind == "new", "a client's retry runs again"
+    assert len(memory) == 0, "nothing to answer a retry from"
+    refused = refusal_key("describe", b"{not json")
+    assert not memory.sent_before(refused, a)
+    memory.mark_sent(refused, [a])
+    assert memory.sent_before(refused, a) and not memory.sent_before(refused, b)
+
+
+def test_dedupe_answers_not_remembered_never_push_out_remembered_ones():
+    """A flood of refusals fills a memory of its own, not the one that answers retries."""
+    memory = DedupeMemory(max_entries=4)
+    route = Route("edgevlm/r")
+    memory.claim("good", route, None)
+    memory.complete("good", response("good"))
+    for i in range(100):
+        memory.mark_sent(refusal_key("describe", b"bad %d" % i), [route])
+    assert memory.claim("good", route, None).kind == "done"
+    assert memory.sent_before(refusal_key("describe", b"bad 99"), route)
+    assert not memory.sent_before(refusal_key("describe", b"bad 0"), route), "max_entries"
+
+
+def test_refusal_key_is_the_length_and_the_first_bytes():
+    big = b"x" * 200_000
+    assert refusal_key("describe", big) == refusal_key("describe", big)
+    assert refusal_key("describe", big) != refusal_key("describe", big + b"y")
+    assert refusal_key("describe", b"a") != refusal_key("describe", b"b")
+    assert refusal_key("describe", b"a") != refusal_key("ask", b"a")
 
 
 def test_dedupe_key_is_the_id_or_a_hash_of_the_bytes():

@@ -145,6 +145,24 @@ class Ledger:
             return sorted(self.finals[rid][0].at for rid, s in self.sent.items()
                           if s.phase == phase and rid in self.finals)
 
+    def duplicate_details(self) -> list[dict[str, Any]]:
+        """Each request with more than one final answer: what it was, and when it was sent and
+        answered, in seconds from the start of the fault before its second answer."""
+        with self._lock:
+            out = []
+            for rid, finals in self.finals.items():
+                if len(finals) < 2:
+                    continue
+                s = self.sent[rid]
+                fault = [f for f in self.faults if f.start <= finals[1].at]
+                zero = fault[-1].start if fault else s.at
+                out.append({
+                    "id": rid, "expect": s.expect, "fault": fault[-1].name if fault else "none",
+                    "sent_s": round(s.at - zero, 4),
+                    "answers": [(f.status if f.status == "ok" else f.error_type,
+                                 round(f.at - zero, 4), f.cache_hits) for f in finals]})
+            return out
+
     def _fault_before(self, at: float) -> str:
         before = [f for f in self.faults if f.start <= at]
         return before[-1].name if before else "none"

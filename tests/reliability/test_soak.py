@@ -266,7 +266,8 @@ def test_soak_at_1x_1_5x_2x_capacity_with_faults(broker, soak_daemon, frames):
         restarted_daemon_rss_samples=last_samples, p99_bound_ms_1x=round(bound, 1),
         total=summary_dict(total), phases={p: summary_dict(s) for p, s in phases.items()},
         machine_stalls={p: stall_summary(probe.stalls(*span)) for p, span in phase_span.items()},
-        over_bound_1x=over_bound(series, bound, probe.stalls(*phase_span["1x"])))
+        over_bound_1x=over_bound(series, bound, probe.stalls(*phase_span["1x"])),
+        duplicate_answers=ledger.duplicate_details())
     write_report("soak", report)
     (OUT_DIR / f"soak-1x-series{'-long' if LONG else ''}.json").write_text(json.dumps(
         [(round(at - phase_span["1x"][0], 4), round(ms, 2), work) for at, ms, work in series]))
@@ -274,7 +275,7 @@ def test_soak_at_1x_1_5x_2x_capacity_with_faults(broker, soak_daemon, frames):
     assert not total.lost, f"requests without a final answer: {total.lost[:20]}"
     assert not total.unexpected, total.unexpected[:20]
     assert total.unknown == 0, "answers to requests never sent"
-    assert total.duplicates <= len(SCHEDULE), total.line()
+    assert total.duplicates <= len(SCHEDULE), (total.line(), report["duplicate_answers"])
     assert total.cache_hits == 0, "the vision cache made the load trivial"
     assert sum(total.cache_hits_by_fault.values()) <= len(SCHEDULE), total.line()
     assert phases["2x"].busy > 0, f"no busy answers above capacity: {phases['2x'].line()}"

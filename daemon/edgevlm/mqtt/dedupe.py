@@ -4,11 +4,16 @@ QoS 1 is at-least-once: after a crash or a reconnect the broker redelivers reque
 not acknowledged, and clients retry. Each request key is *running* (queued or on the worker)
 or *done* (its answer remembered for ``window_s``, at most ``max_entries``). A second arrival
 of a running request is attached to it and answered when it finishes; a second arrival of a
-done request is answered from memory, except a broker *redelivery* (DUP flag) on a route the
-answer was already published to (by this process): paho sends that answer itself (it keeps
-QoS 1 messages until the broker confirms them, across reconnects), so a second copy would only
-be a duplicate (after a connection reset, every request answered while the connection was
-down is redelivered).
+done request is answered from memory.
+
+A broker *redelivery* (DUP flag) of a request whose answer this process already published to
+the same route is only acknowledged, whatever that answer was: paho sends the answer itself
+(it keeps QoS 1 messages until the broker confirms them, across reconnects), so a second
+answer would only be a duplicate (after a connection reset, every request answered while the
+connection was down, or whose acknowledgement the reset lost, is redelivered). Answers that
+are not repeated to a client's retry (``busy``, ``deadline_exceeded``, ``internal``, and
+refusals at admission) are remembered for this alone, in a memory of their own, so that a
+flood of them never pushes out the answers that are.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol, TypeVar
 
 from ..protocol import Response
 from .replies import Ack, Route
@@ -46,6 +51,14 @@ class _Done:
 
 
 @dataclass
+class _Delivered:
+    """An answer that is not repeated to a retry: only the routes it was published to."""
+
+    expires: float
+    sent: set[Route] = field(default_factory=set)
+
+
+@dataclass
 class _Running:
     primary: Route
     attached: Attached = field(default_factory=Attached)
@@ -62,6 +75,7 @@ class DedupeMemory:
         self._lock = threading.Lock()
         self._running: dict[str, _Running] = {}
         self._done: OrderedDict[str, _Done] = OrderedDict()
+        self._delivered: OrderedDict[str, _Delivered] = OrderedDict()
 
     def claim(self, key: str, route: Route, ack: Ack | None, redelivered: bool = False
               ) -> Claim:
@@ -73,10 +87,10 @@ class DedupeMemory:
         later, not answered a second time."""
         with self._lock:
             self._prune()
+            if redelivered and self._sent_to(key, route):
+                return Claim("sent")
             done = self._done.get(key)
             if done is not None:
-                if redelivered and route in done.sent:
-                    return Claim("sent")
                 return Claim("done", done.response)
             running = self._running.get(key)
             if running is None:
@@ -100,11 +114,28 @@ class DedupeMemory:
             return running.attached if running is not None else Attached()
 
     def mark_sent(self, key: str, routes: list[Route]) -> None:
-        """The remembered answer of ``key`` was handed to paho for ``routes``."""
+        """The answer of ``key`` (remembered or not) was handed to paho for ``routes``: a
+        redelivered copy on one of them is only acknowledged from now on."""
         with self._lock:
             done = self._done.get(key)
             if done is not None:
                 done.sent.update(routes)
+                return
+            if self.window_s <= 0 or self.max_entries <= 0:
+                return
+            delivered = self._delivered.get(key)
+            if delivered is None:
+                delivered = self._delivered[key] = _Delivered(self._clock() + self.window_s)
+            delivered.sent.update(routes)
+            self._delivered.move_to_end(key)
+            self._prune()
+
+    def sent_before(self, key: str, route: Route) -> bool:
+        """Was an answer of ``key`` handed to paho for ``route`` (for a redelivered copy of a
+        request that is refused at admission, which never claims a key)?"""
+        with self._lock:
+            self._prune()
+            return self._sent_to(key, route)
 
     def forget(self, key: str) -> Attached:
         """Drop a running key without remembering an answer (e.g. the work was refused)."""
@@ -116,10 +147,29 @@ class DedupeMemory:
         with self._lock:
             return len(self._done)
 
+    def _sent_to(self, key: str, route: Route) -> bool:
+        done = self._done.get(key)
+        delivered = self._delivered.get(key)
+        return ((done is not None and route in done.sent)
+                or (delivered is not None and route in delivered.sent))
+
     def _prune(self) -> None:
         now = self._clock()
-        while self._done:
-            key, done = next(iter(self._done.items()))
-            if done.expires > now and len(self._done) <= self.max_entries:
-                break
-            del self._done[key]
+        _drop_old(self._done, now, self.max_entries)
+        _drop_old(self._delivered, now, self.max_entries)
+
+
+class _Expiring(Protocol):
+    expires: float
+
+
+_Entry = TypeVar("_Entry", bound=_Expiring)
+
+
+def _drop_old(memory: OrderedDict[str, _Entry], now: float, max_entries: int) -> None:
+    """Drop expired entries and the oldest beyond ``max_entries`` (oldest first)."""
+    while memory:
+        key, entry = next(iter(memory.items()))
+        if entry.expires > now and len(memory) <= max_entries:
+            return
+        del memory[key]

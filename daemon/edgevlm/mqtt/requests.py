@@ -45,6 +45,16 @@ def dedupe_key(verb: str, request_id: str | None, payload: bytes) -> str:
     return f"{verb}:sha:{hashlib.blake2b(payload, digest_size=16).hexdigest()}"
 
 
+REFUSAL_KEY_BYTES = 64 * 1024   # what a refused payload's key hashes (of any size)
+
+
+def refusal_key(verb: str, payload: bytes) -> str:
+    """The key of a request refused at admission, to know a redelivered copy of it: its
+    length and a hash of its first bytes (its id may be missing or a lie)."""
+    digest = hashlib.blake2b(payload[:REFUSAL_KEY_BYTES], digest_size=16).hexdigest()
+    return f"{verb}:refused:{len(payload)}:{digest}"
+
+
 class RequestHandler:
     """Turns request messages into queued jobs or immediate answers."""
 
@@ -90,7 +100,7 @@ class RequestHandler:
         except Exception as exc:  # a bug: answer "internal", keep the network thread alive
             rid = request_id_of(msg.payload) if len(msg.payload) <= \
                 self.side.limits.max_payload_bytes else None
-            self._refuse(route, rid, exc, Ack(msg.mid, msg.qos))
+            self._refuse(msg, rt.verb, route, rid, exc)
 
     def _admit(self, msg: Incoming, rt: RequestTopic, route: Route, refused: str | None
                ) -> None:
@@ -101,11 +111,11 @@ class RequestHandler:
             rid = exc.request_id
             if rid is None and isinstance(exc, PayloadTooLarge):
                 rid = _id_near_start(msg.payload)
-            self._refuse(route, rid, exc, ack)
+            self._refuse(msg, rt.verb, route, rid, exc)
             return
         request = admitted.request
         if refused is not None:
-            self._refuse(route, request.id, InvalidRequest(refused), ack)
+            self._refuse(msg, rt.verb, route, request.id, InvalidRequest(refused))
             return
         key = dedupe_key(rt.verb, request.id, msg.payload)
         claim = self.dedupe.claim(key, route, ack, redelivered=msg.dup)
@@ -114,12 +124,10 @@ class RequestHandler:
             self.metrics.deduplicated()
             log.info("request %s answered again from memory", request.id)
             self.replier.answer([route], claim.response, [ack])
+            self.dedupe.mark_sent(key, [route])
             return
-        if claim.kind == "sent":  # redelivered after a reconnect; paho sends the answer
-            self.metrics.deduplicated()
-            log.info("request %s was redelivered; its answer is already on its way",
-                     request.id)
-            self.replier.ack_after_earlier_answers([ack])
+        if claim.kind == "sent":
+            self._redelivered(request.id, ack)
             return
         if claim.kind == "running":
             self.metrics.deduplicated()
@@ -137,8 +145,9 @@ class RequestHandler:
                               "limits.max_queue); retry later or send to the shared pool"))
         self.metrics.finished(err.type)
         payload = error_answer_json(request.id, err.code, err.type, err.message)  # type: ignore[arg-type]
-        self.replier.send([route, *attached.routes], payload, request.id,
-                          [ack, *attached.acks])
+        routes = [route, *attached.routes]
+        self.replier.send(routes, payload, request.id, [ack, *attached.acks])
+        self.dedupe.mark_sent(key, routes)
 
     def _deadline(self, msg: Incoming, deadline_ms: int | None) -> float | None:
         candidates = []
@@ -149,8 +158,21 @@ class RequestHandler:
             candidates.append(msg.received + budget_ms / 1e3)
         return min(candidates) if candidates else None
 
-    def _refuse(self, route: Route, request_id: str | None, exc: BaseException, ack: Ack
-                ) -> None:
+    def _redelivered(self, request_id: str | None, ack: Ack) -> None:
+        """A broker redelivery (after a reconnect) of a request whose answer paho already
+        holds: acknowledge it once that answer is confirmed; a second answer would be a
+        duplicate."""
+        self.metrics.deduplicated()
+        log.info("request %s was redelivered; its answer is already on its way", request_id)
+        self.replier.ack_after_earlier_answers([ack])
+
+    def _refuse(self, msg: Incoming, verb: str, route: Route, request_id: str | None,
+                exc: BaseException) -> None:
+        ack = Ack(msg.mid, msg.qos)
+        key = refusal_key(verb, msg.payload)
+        if msg.dup and self.dedupe.sent_before(key, route):
+            self._redelivered(request_id, ack)
+            return
         err = wire_error(exc)
         if err.type == "internal":
             log.error("admission of request %s failed", request_id, exc_info=exc)
@@ -160,3 +182,4 @@ class RequestHandler:
         self.metrics.finished(err.type)
         payload = error_answer_json(request_id, err.code, err.type, err.message)  # type: ignore[arg-type]
         self.replier.send([route], payload, request_id, [ack])
+        self.dedupe.mark_sent(key, [route])
