@@ -125,7 +125,8 @@ class LoadClient:
         try:
             if msg.topic == REPLY:
                 props = getattr(msg, "properties", None)
-                self.ledger.record_reply(msg.payload, getattr(props, "CorrelationData", None))
+                self.ledger.record_reply(msg.payload, getattr(props, "CorrelationData", None),
+                                         redelivered=bool(msg.dup))
                 self.replied.set()
             elif msg.payload == b"online" and not msg.retain:
                 self.online.set()

@@ -37,6 +37,7 @@ class Final:
     error_type: str | None
     total_ms: float | None     # the daemon's own time for the work (answers only)
     cache_hits: int
+    redelivered: bool = False  # DUP flag: the broker sent it to this client before
 
 
 @dataclass
@@ -101,7 +102,8 @@ class Ledger:
             assert rid not in self.sent, f"request id {rid} sent twice"
             self.sent[rid] = Sent(rid, time.monotonic(), expiry_s, phase, expect, queued)
 
-    def record_reply(self, payload: bytes, correlation: bytes | None = None) -> None:
+    def record_reply(self, payload: bytes, correlation: bytes | None = None,
+                     redelivered: bool = False) -> None:
         """One message on the reply topic (called on the client's network thread); the
         request is found by its Correlation Data (the id, even for unparsable requests),
         else by the answer's ``id``."""
@@ -116,7 +118,7 @@ class Ledger:
         error = answer.get("error") or {}
         final = Final(now, answer["status"], error.get("type"),
                       (data.get("metrics") or {}).get("total_ms"),
-                      sum(1 for c in data.get("cache") or [] if c.get("hit")))
+                      sum(1 for c in data.get("cache") or [] if c.get("hit")), redelivered)
         rid = correlation.decode(errors="replace") if correlation else answer.get("id")
         with self._lock:
             if rid not in self.sent:
@@ -146,8 +148,10 @@ class Ledger:
                           if s.phase == phase and rid in self.finals)
 
     def duplicate_details(self) -> list[dict[str, Any]]:
-        """Each request with more than one final answer: what it was, and when it was sent and
-        answered, in seconds from the start of the fault before its second answer."""
+        """Each request with more than one final answer: what it was, when it was sent, and
+        each answer (status, seconds from the start of the fault before the second answer,
+        cache hits, and the DUP flag: true when the broker resent its own copy to this client,
+        false when the daemon published the answer again)."""
         with self._lock:
             out = []
             for rid, finals in self.finals.items():
@@ -160,7 +164,8 @@ class Ledger:
                     "id": rid, "expect": s.expect, "fault": fault[-1].name if fault else "none",
                     "sent_s": round(s.at - zero, 4),
                     "answers": [(f.status if f.status == "ok" else f.error_type,
-                                 round(f.at - zero, 4), f.cache_hits) for f in finals]})
+                                 round(f.at - zero, 4), f.cache_hits, f.redelivered)
+                                for f in finals]})
             return out
 
     def _fault_before(self, at: float) -> str:
