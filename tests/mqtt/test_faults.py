@@ -49,16 +49,24 @@ def answers(client: Any, count: int = 1) -> dict[str, dict[str, Any]]:
     return {a["id"]: a for a in client.inbox.json(REPLY, count=count)}
 
 
-def test_full_queue_answers_busy_and_keeps_the_queued_ones(make_service, mqtt_client,
-                                                           monkeypatch, engine_calls):
-    monkeypatch.setenv(TEST_DELAY_ENV, "1500")
-    service = make_service(**{"limits.max_queue": 1})
+def fill_the_queue(service: Any, mqtt_client: Any) -> tuple[Any, Any]:
+    """With ``limits.max_queue: 1`` and a worker delay: "running" on the worker, "queued" in
+    the queue, so the next request is answered ``busy``. Returns the client (subscribed to
+    REPLY) and the properties that send its answers there."""
     client = mqtt_client()
     client.sub(REPLY)
     props = v5_properties(REPLY)
     client.pub(f"{BASE}/request/describe", ask("running"), properties=props)
     wait_until(lambda: service.metrics.busy, what="the first request to start")
     client.pub(f"{BASE}/request/describe", ask("queued"), properties=props)
+    return client, props
+
+
+def test_full_queue_answers_busy_and_keeps_the_queued_ones(make_service, mqtt_client,
+                                                           monkeypatch, engine_calls):
+    monkeypatch.setenv(TEST_DELAY_ENV, "1500")
+    service = make_service(**{"limits.max_queue": 1})
+    client, props = fill_the_queue(service, mqtt_client)
     client.pub(f"{BASE}/request/describe", ask("refused"), properties=props)
     got = answers(client, 3)
     assert got["refused"]["status"] == "error" and got["refused"]["error"]["type"] == "busy"
@@ -145,12 +153,7 @@ def test_requests_redelivered_after_lost_acks_are_acknowledged_not_answered_agai
     held: list[int] = []
     real_ack = service.link.ack
     monkeypatch.setattr(service.link, "ack", lambda mid, qos: held.append(mid))
-    client = mqtt_client()
-    client.sub(REPLY)
-    props = v5_properties(REPLY)
-    client.pub(f"{BASE}/request/describe", ask("running"), properties=props)
-    wait_until(lambda: service.metrics.busy, what="the first request to start")
-    client.pub(f"{BASE}/request/describe", ask("queued"), properties=props)
+    client, props = fill_the_queue(service, mqtt_client)
     client.pub(f"{BASE}/request/describe", ask("busy"), properties=props)
     client.pub(f"{BASE}/request/describe", {"v": 1, "id": "bad", "messages": []},
                properties=props)
