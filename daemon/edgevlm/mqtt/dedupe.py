@@ -23,7 +23,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, TypeVar
+from typing import Literal
 
 from ..protocol import Response
 from .replies import Ack, Route
@@ -44,17 +44,12 @@ class Attached:
 
 
 @dataclass
-class _Done:
-    response: Response
-    expires: float
-    sent: set[Route] = field(default_factory=set)   # routes the answer was published to
-
-
-@dataclass
-class _Delivered:
-    """An answer that is not repeated to a retry: only the routes it was published to."""
+class _Answered:
+    """An answer of this process: the response (None when it is not repeated to a retry)
+    and the routes it was published to."""
 
     expires: float
+    response: Response | None = None
     sent: set[Route] = field(default_factory=set)
 
 
@@ -74,8 +69,8 @@ class DedupeMemory:
         self._clock = clock
         self._lock = threading.Lock()
         self._running: dict[str, _Running] = {}
-        self._done: OrderedDict[str, _Done] = OrderedDict()
-        self._delivered: OrderedDict[str, _Delivered] = OrderedDict()
+        self._done: OrderedDict[str, _Answered] = OrderedDict()        # with a response
+        self._delivered: OrderedDict[str, _Answered] = OrderedDict()   # without
 
     def claim(self, key: str, route: Route, ack: Ack | None, redelivered: bool = False
               ) -> Claim:
@@ -90,7 +85,7 @@ class DedupeMemory:
             if redelivered and self._sent_to(key, route):
                 return Claim("sent")
             done = self._done.get(key)
-            if done is not None:
+            if done is not None and done.response is not None:
                 return Claim("done", done.response)
             running = self._running.get(key)
             if running is None:
@@ -108,7 +103,7 @@ class DedupeMemory:
         with self._lock:
             running = self._running.pop(key, None)
             if remember and self.window_s > 0 and self.max_entries > 0:
-                self._done[key] = _Done(response, self._clock() + self.window_s)
+                self._done[key] = _Answered(self._clock() + self.window_s, response)
                 self._done.move_to_end(key)
                 self._prune()
             return running.attached if running is not None else Attached()
@@ -125,7 +120,7 @@ class DedupeMemory:
                 return
             delivered = self._delivered.get(key)
             if delivered is None:
-                delivered = self._delivered[key] = _Delivered(self._clock() + self.window_s)
+                delivered = self._delivered[key] = _Answered(self._clock() + self.window_s)
             delivered.sent.update(routes)
             self._delivered.move_to_end(key)
             self._prune()
@@ -159,14 +154,7 @@ class DedupeMemory:
         _drop_old(self._delivered, now, self.max_entries)
 
 
-class _Expiring(Protocol):
-    expires: float
-
-
-_Entry = TypeVar("_Entry", bound=_Expiring)
-
-
-def _drop_old(memory: OrderedDict[str, _Entry], now: float, max_entries: int) -> None:
+def _drop_old(memory: OrderedDict[str, _Answered], now: float, max_entries: int) -> None:
     """Drop expired entries and the oldest beyond ``max_entries`` (oldest first)."""
     while memory:
         key, entry = next(iter(memory.items()))
