@@ -13,7 +13,21 @@ Modules: ``safetensors_mmap`` (reading), ``hf_config`` (config.json and friends)
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .errors import ConvertError, ConvertInputError
-from .pipeline import ConvertResult, convert_checkpoint
+
+if TYPE_CHECKING:
+    from .pipeline import ConvertResult, convert_checkpoint
 
 __all__ = ["ConvertError", "ConvertInputError", "ConvertResult", "convert_checkpoint"]
+
+
+def __getattr__(name: str) -> Any:
+    """``pipeline`` needs the gguf package (the ``convert`` extra): it is imported on first use,
+    so that importing ``edgevlm.convert.cli`` (every ``edgevlm`` command does) works without it."""
+    if name in ("ConvertResult", "convert_checkpoint"):
+        from . import pipeline
+
+        return getattr(pipeline, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

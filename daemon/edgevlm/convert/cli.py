@@ -1,7 +1,7 @@
 """``edgevlm convert HF_DIR -o OUT_DIR``: the command line of the converter.
 
 Exit codes: 0 converted, 1 the conversion failed (I/O), 2 bad input or usage (missing files,
-not a Qwen3-VL checkpoint, unsupported dtype, bad option). Progress goes to standard error;
+not a Qwen3-VL checkpoint, unsupported dtype, bad option, the ``gguf`` package not installed). Progress goes to standard error;
 ``--json`` prints a summary object on standard output.
 """
 
@@ -45,12 +45,23 @@ class _ProgressPrinter:
         sys.stderr.flush()
 
 
+def _missing_extra(exc: ImportError) -> str:
+    """One line for a converter whose optional dependency is missing or too old."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        return (f"needs the {exc.name.split('.')[0]} package, which a plain install leaves "
+                "out; install it with: pip install 'edgevlm[convert]'")
+    return (f"the installed gguf package is too old or broken ({exc}); upgrade it with: "
+            "pip install -U 'edgevlm[convert]'")
+
+
 def _configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("hf_dir", metavar="HF_DIR",
+    # HF_DIR and -o are required, but checked in cmd_convert after the gguf package: on a bare
+    # install `edgevlm convert` first says what to install.
+    parser.add_argument("hf_dir", metavar="HF_DIR", nargs="?",
                         help="transformers Qwen3-VL checkpoint directory (config.json, "
                              "*.safetensors, tokenizer.json, preprocessor_config.json, ...)")
-    parser.add_argument("-o", "--output", required=True, metavar="OUT_DIR",
-                        help="directory to write model.gguf and mmproj.gguf into")
+    parser.add_argument("-o", "--output", metavar="OUT_DIR",
+                        help="directory to write model.gguf and mmproj.gguf into (required)")
     parser.add_argument("--type", dest="text_type", default="f16", choices=TEXT_TYPES,
                         help="storage type of the text model's matrices (default f16)")
     parser.add_argument("--vision-type", default=None, choices=VISION_TYPES,
@@ -58,16 +69,22 @@ def _configure(parser: argparse.ArgumentParser) -> None:
                              "with --type f32)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    parser.set_defaults(convert_usage=parser.format_usage())
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
     """Run a conversion from parsed arguments; errors become a message and an exit code."""
     try:
         from .pipeline import convert_checkpoint
-    except ImportError as exc:
-        print(f"edgevlm convert: the gguf package is missing ({exc}); install it with "
-              "`pip install 'edgevlm[convert]'`", file=sys.stderr)
-        return EXIT_FAILED
+    except ImportError as exc:  # checked before the arguments: a bare install learns it first
+        print(f"edgevlm convert: {_missing_extra(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    missing = [name for name, value in (("HF_DIR", args.hf_dir), ("-o/--output", args.output))
+               if value is None]
+    if missing:
+        sys.stderr.write(f"{args.convert_usage}edgevlm convert: error: the following arguments "
+                         f"are required: {', '.join(missing)}\n")
+        return EXIT_USAGE
     _quiet_gguf_logging()
     try:
         result = convert_checkpoint(args.hf_dir, args.output, args.text_type, args.vision_type,
@@ -92,7 +109,8 @@ def add_convert_parser(subparsers: Any) -> argparse.ArgumentParser:
         "convert", help="convert a transformers Qwen3-VL checkpoint to model.gguf + mmproj.gguf",
         description="Convert a Hugging Face Qwen3-VL checkpoint directory into the GGUF pair "
                     "edgevlm (and llama.cpp) loads: OUT_DIR/model.gguf (text) and "
-                    "OUT_DIR/mmproj.gguf (vision). Exit codes: 0 ok, 1 failed, 2 bad input.")
+                    "OUT_DIR/mmproj.gguf (vision). Needs the gguf package: "
+                    "pip install 'edgevlm[convert]'. Exit codes: 0 ok, 1 failed, 2 bad input.")
     _configure(parser)
     parser.set_defaults(func=cmd_convert)
     return parser
