@@ -65,6 +65,27 @@ def never_raises(func: F) -> F:
     return guarded  # type: ignore[return-value]
 
 
+# paho's threaded loop (``loop_forever``) calls its ``_loop`` once more after every failed
+# reconnect and after our own DISCONNECT; without a socket that call logs this at ERROR and
+# returns MQTT_ERR_NO_CONN, which is how the loop learns to wait and retry (or to end). It is
+# the expected state of an offline or stopping client, not an error: what went wrong is said
+# once by :mod:`.connect_errors` (a failed attempt) or by ``_on_disconnect`` (a lost link).
+_PAHO_NO_CONNECTION = "Client is not connected"
+
+
+class PahoLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """paho's log lines on ``edgevlm.mqtt.paho``, its MQTT_ERR_NO_CONN line at DEBUG.
+
+    paho calls ``log(level, fmt, *args)`` (``enable_logger``); the level check comes first,
+    so the DEBUG lines of every packet cost nothing unless DEBUG is on."""
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        if level > logging.DEBUG and isinstance(msg, str) and msg.startswith(
+                _PAHO_NO_CONNECTION):
+            level = logging.DEBUG
+        super().log(level, msg, *args, **kwargs)
+
+
 class PacketTooLarge(Exception):
     """An outgoing message is bigger than the broker accepts."""
 
@@ -218,7 +239,7 @@ class MqttLink:
         client.on_subscribe = self._on_subscribe
         client.on_message = self._on_message
         client.on_publish = self._on_publish
-        client.enable_logger(logging.getLogger("edgevlm.mqtt.paho"))
+        client.enable_logger(PahoLog(logging.getLogger("edgevlm.mqtt.paho")))  # type: ignore[arg-type]
         self.diagnosis.install(client)
         return client
 
