@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import threading
 import time
@@ -267,3 +268,37 @@ def test_a_packet_over_the_maximum_size_closes_the_connection() -> None:
             assert sock.recv(16) == b""
     finally:
         broker.stop()
+
+
+def test_stop_with_open_connections_ends_each_quietly(caplog: pytest.LogCaptureFixture
+                                                      ) -> None:
+    """Issue 19: stopping with clients still connected (the demo's last DISCONNECTs still in
+    flight) cancelled their reads and asyncio logged a traceback; repeated, it is cheap."""
+    caplog.set_level(logging.DEBUG)
+    for _ in range(5):
+        broker = EmbeddedBroker(port=0)
+        port = broker.start()
+        v5 = Client(port, client_id="v5")
+        v5.sub("t/#")
+        v311 = Client(port, protocol=paho.MQTTv311, client_id="v311",
+                      will=("t/will", b"gone", None))
+        v311.pub("t/x", b"1")
+        v311.client.disconnect()  # its DISCONNECT may reach the broker after stop() began
+        v5.client.loop_stop()  # its socket stays open, nobody reading it
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
+                socket.create_connection(("127.0.0.1", port), timeout=5) as silent:
+            body = b"\x00\x04MQTT\x04\x02\x00\x05\x00\x03raw"
+            raw.sendall(bytes([0x10, len(body)]) + body)
+            assert raw.recv(4) == b"\x20\x02\x00\x00"
+            broker.stop()
+            assert raw.recv(16) == b""
+            with contextlib.suppress(ConnectionResetError):  # before or after its accept
+                assert silent.recv(16) == b""
+        broker.stop()  # idempotent
+        v311.client.loop_stop()
+        sock = v5.client.socket()
+        if sock is not None:
+            sock.close()
+    problems = [f"{r.name}: {r.getMessage()}" for r in caplog.records
+                if r.levelno >= logging.WARNING]
+    assert problems == []

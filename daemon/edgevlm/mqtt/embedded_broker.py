@@ -20,6 +20,7 @@ Not for production: no authentication, no TLS, no persistence, no flow control.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import threading
@@ -31,6 +32,7 @@ from . import embedded_codec as c
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_PACKET = 64 * 2**20
+SHUTDOWN_GRACE_S = 2.0  # for the connections to end by themselves once their sockets closed
 _STRIPPED = {c.TOPIC_ALIAS, c.SUBSCRIPTION_ID, c.MESSAGE_EXPIRY}
 
 
@@ -106,6 +108,9 @@ class EmbeddedBroker:
         self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
+        self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._stop_requested: asyncio.Event | None = None
+        self._closing = False  # shutting down: connections end without firing their wills
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
@@ -122,10 +127,13 @@ class EmbeddedBroker:
         return self.port
 
     def stop(self, timeout: float = 10.0) -> None:
-        loop, thread = self._loop, self._thread
+        """Close every connection, then the listener and the loop; idempotent."""
+        loop, thread, stop = self._loop, self._thread, self._stop_requested
         if loop is None or thread is None:
             return
-        loop.call_soon_threadsafe(loop.stop)
+        if stop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has ended already
+                loop.call_soon_threadsafe(stop.set)
         thread.join(timeout)
         self._loop = self._thread = None
 
@@ -134,30 +142,71 @@ class EmbeddedBroker:
         asyncio.set_event_loop(loop)
         self._loop = loop
         try:
+            # A plain callback, not a coroutine: asyncio 3.11 would wrap a coroutine in a task
+            # whose done-callback raises (and logs "Exception in callback ...") when the task
+            # ends cancelled; our own tasks end by themselves at shutdown (_shutdown).
             self._server = loop.run_until_complete(asyncio.start_server(
-                self._serve, self.host, self.port, limit=2**20))
+                self._accept, self.host, self.port, limit=2**20))
             self.port = int(self._server.sockets[0].getsockname()[1])
         except OSError as exc:
             self._error = exc
             self._ready.set()
             loop.close()
             return
+        self._stop_requested = asyncio.Event()
         self._ready.set()
         log.info("embedded MQTT broker listening on %s:%d", self.host, self.port)
         try:
-            loop.run_forever()
+            loop.run_until_complete(self._serve_until_stopped(self._stop_requested))
+        except Exception:
+            log.exception("embedded broker: shutdown failed")
         finally:
-            self._server.close()
-            for session in list(self._sessions.values()):
-                session.writer.close()
-            for handle in self._wills.values():
-                handle.cancel()
-            tasks = asyncio.all_tasks(loop)
-            for task in tasks:
-                task.cancel()
-            if tasks:
-                loop.run_until_complete(asyncio.wait(tasks, timeout=5))
             loop.close()
+
+    async def _serve_until_stopped(self, stop: asyncio.Event) -> None:
+        await stop.wait()
+        await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        """Stop listening, close every connection and wait until each has ended.
+
+        Each connection ends through its own exit path (its socket closed: end of stream),
+        so no task is cancelled in the middle of a read and no transport outlives the loop;
+        one that does not end within ``SHUTDOWN_GRACE_S`` (a peer that stopped reading) is
+        aborted and cancelled."""
+        self._closing = True
+        if self._server is not None:
+            self._server.close()
+        for handle in self._wills.values():
+            handle.cancel()
+        self._wills.clear()
+        for writer in list(self._connections.values()):
+            writer.close()
+        if self._connections:
+            _, pending = await asyncio.wait(list(self._connections), timeout=SHUTDOWN_GRACE_S)
+            for task in pending:
+                stuck = self._connections.get(task)
+                if stuck is not None:
+                    stuck.transport.abort()
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=SHUTDOWN_GRACE_S)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A new connection (loop thread): served by a task of our own, until it ends."""
+        if self._closing:
+            writer.close()
+            return
+        task = asyncio.get_running_loop().create_task(self._serve(reader, writer))
+        self._connections[task] = writer
+        task.add_done_callback(self._connection_ended)
+
+    def _connection_ended(self, task: asyncio.Task[None]) -> None:
+        self._connections.pop(task, None)
+        if not task.cancelled() and task.exception() is not None:  # _serve catches all
+            log.error("embedded broker: connection task failed", exc_info=task.exception())
 
     # ------------------------------------------------------------------ one connection
 
@@ -211,6 +260,8 @@ class EmbeddedBroker:
             if session is not None:
                 self._close(session, clean_exit)
             writer.close()
+            with contextlib.suppress(Exception):  # the socket really closed before we end
+                await writer.wait_closed()
 
     def _open(self, connect: c.Connect, writer: asyncio.StreamWriter) -> _Session:
         v5 = connect.version == 5
@@ -243,7 +294,7 @@ class EmbeddedBroker:
         if self._sessions.get(session.client_id) is session:
             del self._sessions[session.client_id]
         will = session.will
-        if clean or will is None:
+        if clean or will is None or self._closing:  # the broker's own shutdown: no wills
             return
         delay = c.get_property(will.props, c.WILL_DELAY)
         if isinstance(delay, int) and delay > 0 and self._loop is not None:
