@@ -69,21 +69,25 @@ class _Section(BaseModel):
 class ModelConfig(_Section):
     path: str | None = Field(default=None, description="directory with model.gguf + mmproj.gguf; "
                              "absent: the bundled demo model")
-    family: str = "qwen3-vl"
+    family: str | None = Field(default=None, description="the family the model must be "
+                               "(qwen3-vl); absent: whatever the model file says. A model of "
+                               "another family refuses to start")
     threads: int = Field(default=4, ge=1, le=256)
     context: int = Field(default=4096, ge=256, le=262144)
     precision: Literal["exact", "fast"] = Field(
         default="exact", description="arithmetic of prefill and the vision tower: exact "
         "(within ~1e-5 of float32) or fast (activations rounded as llama.cpp does where the "
         "CPU makes that faster, e.g. AVX-512: ~1.5-2x the prefill speed)")
-    min_pixels: int | None = Field(default=None, ge=1)
+    min_pixels: int | None = Field(default=None, ge=1, description="smallest size an image "
+                                   "is resized to (raised to at least the model's minimum); "
+                                   "a request's mm_processor_kwargs.min_pixels wins")
     max_pixels: int | None = Field(default=1_003_520, ge=1, description="deployment cap on the "
                                    "pixels an image is resized to (~980 tokens for Qwen3-VL)")
 
     @field_validator("family")
     @classmethod
-    def _known_family(cls, value: str) -> str:
-        if value not in FAMILIES:
+    def _known_family(cls, value: str | None) -> str | None:
+        if value is not None and value not in FAMILIES:
             raise ValueError(f"unknown family {value!r}; use one of {', '.join(FAMILIES)}")
         return value
 

@@ -73,7 +73,8 @@ def load_engine(config: Config) -> Engine:
     """The configured model (the bundled demo model when ``model.path`` is absent)."""
     path = config.model.path or demo_model_dir()
     engine = Engine.load(path, threads=config.model.threads, context=config.model.context,
-                         max_pixels=config.model.max_pixels, precision=config.model.precision)
+                         max_pixels=config.model.max_pixels, min_pixels=config.model.min_pixels,
+                         family=config.model.family, precision=config.model.precision)
     directory = Path(config.cache.dir).expanduser() if config.cache.dir else None
     engine.cache = VisionCache(config.cache.max_bytes, directory, engine.facts.fingerprint)
     log.info("loaded %s in %.0f ms", engine.name, engine.load_ms)

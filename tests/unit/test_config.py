@@ -31,7 +31,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_empty_file_gives_the_documented_defaults(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, ""))
-    assert config.model.family == "qwen3-vl" and config.model.max_pixels == 1_003_520
+    assert config.model.family is None and config.model.max_pixels == 1_003_520
     assert config.limits.limit_mm_per_prompt.to_json() == {"image": 4, "video": 1}
     assert config.cache.max_bytes == 512 * 2**20
     assert config.media.policy().formats == frozenset({"JPEG", "PNG", "WEBP", "BMP"})

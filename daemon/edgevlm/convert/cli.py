@@ -1,8 +1,8 @@
 """``edgevlm convert HF_DIR -o OUT_DIR``: the command line of the converter.
 
 Exit codes: 0 converted, 1 the conversion failed (I/O), 2 bad input or usage (missing files,
-not a Qwen3-VL checkpoint, unsupported dtype, bad option, the ``gguf`` package not installed). Progress goes to standard error;
-``--json`` prints a summary object on standard output.
+not a Qwen3-VL checkpoint, unsupported dtype, bad option, the ``gguf`` package not installed).
+Progress goes to standard error; ``--json`` prints a summary object on standard output.
 """
 
 from __future__ import annotations

@@ -122,7 +122,8 @@ class Engine:
                  kv_type: str = "f32", batch: int = 256, max_pixels: int | None = 1_003_520,
                  cache: VisionCache | None = None,
                  progress: Callable[[str], None] | None = None,
-                 precision: str = "exact") -> None:
+                 precision: str = "exact", min_pixels: int | None = None,
+                 family: str | None = None) -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"unknown precision {precision!r}; use one of "
                              f"{', '.join(PRECISIONS)}")
@@ -140,7 +141,12 @@ class Engine:
         self.tokenizer = load_tokenizer(self.model)
         self.special = special_tokens(self.model, self.tokenizer)
         self.family = model_family(self.model)
+        if family is not None and family != self.family.name:
+            raise ValueError(f"model.family is {family!r} but {self.name} is a "
+                             f"{self.family.name} model; remove model.family (the model file "
+                             "decides) or point model.path at a model of that family")
         self.max_pixels = max_pixels  # the deployment cap (None: the model's own bounds)
+        self.min_pixels = min_pixels  # the deployment's default floor (None: the model's)
         info = self.model.info
         max_patches = 0
         if info["has_vision"]:
@@ -187,7 +193,7 @@ class Engine:
         return PreflightContext(family=self.family, context_length=context or self.context,
                                 tokenizer=self.tokenizer, media=media or MediaPolicy(),
                                 mm=mm or MMLimits(), max_pixels=self.max_pixels,
-                                ref_tokens=self._ref_tokens)
+                                min_pixels=self.min_pixels, ref_tokens=self._ref_tokens)
 
     def _ref_tokens(self, key: str) -> int | None:
         if self.cache is None:
@@ -204,7 +210,7 @@ class Engine:
     def encode_image(self, image: Image.Image | bytes | str | Path,
                      max_pixels: int | None = None) -> VisionFeatures:
         """Vision rows + DeepStack rows + grid of one image (for the cache or vision_tokens)."""
-        lo, hi = pixel_bounds(self.family, max_pixels or self.max_pixels, None, None)
+        lo, hi = pixel_bounds(self.family, max_pixels or self.max_pixels, self.min_pixels, None)
         size = None  # the full picture's size when a JPEG was decoded reduced
         if not isinstance(image, Image.Image):
             data = image if isinstance(image, bytes) else Path(image).read_bytes()
