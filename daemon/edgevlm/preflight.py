@@ -2,7 +2,9 @@
 
 Image sizes come from the file headers (a lazy Pillow open of the first 64 KiB of the decoded
 bytes), run through the family's ``smart_resize`` with the effective pixel bounds; video adds
-its per-group timestamps and markers; ``vision_tokens`` cost their grid; ``image_ref`` costs
+its per-group timestamps and markers; ``vision_tokens`` cost their grid, once their structure
+and byte counts are checked (:func:`~edgevlm.vision_tokens.check_vision_tokens`, from the base64
+lengths: a malformed part is ``invalid_vision_tokens`` whatever the context); ``image_ref`` costs
 what its cache entry holds; text is counted by the model's tokenizer on the chat-template
 rendering. ``prompt_tokens + max_tokens > context`` is ``context_length_exceeded`` with every
 number in the message.
@@ -31,6 +33,7 @@ from .protocol import (
 from .tokenizer import TextTokenizer, render_chat
 from .vision.decode import ImageHeader, MediaPolicy, probe_image
 from .vision.sizing import Family, image_tokens, pixel_bounds, video_tokens
+from .vision_tokens import check_vision_tokens, checked_grid
 
 # Headers are probed from a prefix of the base64: 4 KiB first (a plain JPEG/PNG/WebP header),
 # then 64 KiB (big EXIF blocks with thumbnails), then the whole file.
@@ -83,6 +86,10 @@ class PreflightContext:
     max_pixels: int | None = None  # model.max_pixels: the deployment cap
     min_pixels: int | None = None  # model.min_pixels
     ref_tokens: Callable[[str], int | None] | None = None  # image_ref -> cached LLM tokens
+    # The model's LLM hidden size and DeepStack layers: with both, a vision_tokens part's
+    # DeepStack count and byte counts are checked here too; without, only its grid.
+    hidden_size: int | None = None
+    deepstack_layers: int | None = None
 
 
 def header_of(source: str | InlineBytes | Any, policy: MediaPolicy, path: str) -> ImageHeader:
@@ -135,8 +142,14 @@ def _media_item(path: str, part: Any, request: Request, ctx: PreflightContext) -
         return BudgetItem(path, "image", sized.tokens_with_markers, MappingProxyType({
             "width": header.width, "height": header.height, **sized.to_json()}))
     if isinstance(part, VisionTokensPart):
-        gt, gh, gw = part.vision_tokens.grid
-        n = max(gt, 0) * max(gh, 0) * max(gw, 0)
+        # structure first: a malformed part is invalid whatever the context
+        if ctx.hidden_size is not None and ctx.deepstack_layers is not None:
+            grid = check_vision_tokens(part.vision_tokens, ctx.hidden_size,
+                                       ctx.deepstack_layers).grid
+        else:
+            grid = checked_grid(part.vision_tokens.grid)
+        gt, gh, gw = grid
+        n = gt * gh * gw
         return BudgetItem(path, "vision_tokens", n + 2, MappingProxyType({"grid": [gt, gh, gw]}))
     if isinstance(part, ImageRefPart):
         tokens = ctx.ref_tokens(part.image_ref) if ctx.ref_tokens else None

@@ -12,7 +12,9 @@ rows, the way vLLM and llama.cpp concatenate them; ``ds_b64`` must then be absen
 
 Every size is checked from the base64 *length* before anything is decoded, so a wrong payload
 costs nothing but a few comparisons; any violation rejects the whole part with
-:class:`InvalidVisionTokens` naming the field, the expected and the actual byte counts.
+:class:`InvalidVisionTokens` naming the field, the expected and the actual byte counts. Those
+checks are :func:`check_vision_tokens`, which admission runs before the token budget (a
+malformed part is invalid whatever the model's context) and decoding runs again.
 Without DeepStack features the LLM runs without DeepStack injection (the answer says
 ``deepstack: false``); the output then differs from the board's own ViT path.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 import base64
 import logging
 import math
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -34,9 +37,12 @@ from .protocol import VisionTokensPayload
 __all__ = [
     "MAX_DEEPSTACK_ENTRIES",
     "MAX_VISION_TOKENS",
+    "CheckedVisionTokens",
     "FeatureDtype",
     "Layout",
     "VisionFeatures",
+    "check_vision_tokens",
+    "checked_grid",
     "decode_vision_tokens",
     "encode_vision_tokens",
     "expected_bytes",
@@ -58,19 +64,47 @@ def expected_bytes(n: int, d: int, dtype: str) -> int:
     return n * d * _wire_dtype(dtype).itemsize
 
 
-def decode_vision_tokens(payload: VisionTokensPayload, hidden_size: int, deepstack_layers: int,
-                         *, max_bytes: int | None = None) -> VisionFeatures:
-    """Validate and decode a ``vision_tokens`` payload into float32 features.
+@dataclass(frozen=True)
+class _Field:
+    """One base64 field of a payload and the byte count its length was checked against."""
 
-    ``hidden_size`` and ``deepstack_layers`` come from the board's model. ``max_bytes``, if
-    given, is the deployment's limit on the decoded size of one part (tokens plus DeepStack):
-    above it the part is refused with :class:`PayloadTooLarge` before any decoding.
-    Raises :class:`InvalidVisionTokens` on any mismatch, bad base64 or non-finite value.
+    name: str  # "vision_tokens.tokens_b64", "vision_tokens.ds_b64[1]"
+    text: str
+    want: int
+    formula: str  # how ``want`` was computed, for messages
+
+
+@dataclass(frozen=True)
+class CheckedVisionTokens:
+    """A ``vision_tokens`` payload whose structure and byte counts fit the model.
+
+    Made only by :func:`check_vision_tokens`; what is left to decoding is the base64 body and
+    the values themselves (strict alphabet, finite numbers).
+    """
+
+    grid: tuple[int, int, int]
+    n: int  # gt*gh*gw, the LLM tokens
+    d: int  # the model's hidden size
+    k: int  # DeepStack sets carried (0: none)
+    dtype: str
+    packed: bool
+    fields: tuple[_Field, ...]  # tokens_b64, then each ds_b64 entry
+
+
+def check_vision_tokens(payload: VisionTokensPayload, hidden_size: int, deepstack_layers: int,
+                        *, max_bytes: int | None = None) -> CheckedVisionTokens:
+    """Every structural check of a ``vision_tokens`` payload, with nothing decoded.
+
+    Grid shape and range, the DeepStack entry count and each field's byte count (from its
+    base64 length: ``len*3/4`` minus the padding) against the model's ``hidden_size`` and
+    ``deepstack_layers``. Admission runs it before the token budget; decoding runs it again
+    (a few comparisons) so a direct caller cannot skip it. ``max_bytes``: see
+    :func:`decode_vision_tokens`.
     """
     if hidden_size < 1 or not 0 <= deepstack_layers <= MAX_DEEPSTACK_ENTRIES:
         raise ValueError(f"model has hidden_size={hidden_size}, deepstack_layers="
                          f"{deepstack_layers}; want >= 1 and 0..{MAX_DEEPSTACK_ENTRIES}")
-    grid = _checked_grid(payload.grid)
+    grid = checked_grid(payload.grid)
     n, d, dtype = grid[0] * grid[1] * grid[2], hidden_size, payload.dtype
     itemsize = _wire_dtype(dtype).itemsize
     k = _checked_deepstack_count(payload, deepstack_layers)
@@ -86,27 +120,41 @@ def decode_vision_tokens(payload: VisionTokensPayload, hidden_size: int, deepsta
     main_formula = (f"n={n} × d={d} × (1+k={k}) × {itemsize} bytes {dtype}, layout packed"
                     if packed else f"n={n} × d={d} × {itemsize} bytes {dtype}")
     row_formula = f"n={n} × d={d} × {itemsize} bytes {dtype}"
-    # Every length first (cheap), then decoding (expensive).
-    fields = [("vision_tokens.tokens_b64", payload.tokens_b64, n * row_values * itemsize,
-               main_formula)]
+    fields = [_Field("vision_tokens.tokens_b64", payload.tokens_b64, n * row_values * itemsize,
+                     main_formula)]
     for i, text in enumerate(payload.ds_b64 or ()):
-        fields.append((f"vision_tokens.ds_b64[{i}]", text, n * d * itemsize, row_formula))
-    for field, text, want, formula in fields:
-        _check_base64_length(field, text, want, formula)
+        fields.append(_Field(f"vision_tokens.ds_b64[{i}]", text, n * d * itemsize, row_formula))
+    for f in fields:
+        _check_base64_length(f)
+    return CheckedVisionTokens(grid, n, d, k, dtype, packed, tuple(fields))
 
-    if packed:
-        main = _decode_rows(*fields[0], np.empty((n, row_values), dtype=_wire_dtype(dtype)))
-        embeddings, deepstack = _split_packed(fields[0][0], main, n, d, k)
+
+def decode_vision_tokens(payload: VisionTokensPayload, hidden_size: int, deepstack_layers: int,
+                         *, max_bytes: int | None = None) -> VisionFeatures:
+    """Validate and decode a ``vision_tokens`` payload into float32 features.
+
+    ``hidden_size`` and ``deepstack_layers`` come from the board's model. ``max_bytes``, if
+    given, is the deployment's limit on the decoded size of one part (tokens plus DeepStack):
+    above it the part is refused with :class:`PayloadTooLarge` before any decoding.
+    Raises :class:`InvalidVisionTokens` on any mismatch, bad base64 or non-finite value.
+    """
+    # Every length first (cheap: :func:`check_vision_tokens`), then decoding (expensive).
+    checked = check_vision_tokens(payload, hidden_size, deepstack_layers, max_bytes=max_bytes)
+    grid, n, d, k = checked.grid, checked.n, checked.d, checked.k
+    main, *ds_fields = checked.fields
+    if checked.packed:
+        rows = _decode_rows(main, np.empty((n, d * (1 + k)), dtype=_wire_dtype(checked.dtype)))
+        embeddings, deepstack = _split_packed(main.name, rows, n, d, k)
     else:
         # Decoded straight into the float32 arrays when the wire is float32 (no copies).
-        embeddings = _decode_as_f32(*fields[0], dtype, np.empty((n, d), dtype=np.float32))
-        _check_finite(fields[0][0], embeddings)
+        embeddings = _decode_as_f32(main, checked.dtype, np.empty((n, d), dtype=np.float32))
+        _check_finite(main.name, embeddings)
         deepstack = None
-        if payload.ds_b64:
-            deepstack = np.empty((len(payload.ds_b64), n, d), dtype=np.float32)
-            for i, ds_field in enumerate(fields[1:]):
-                _decode_as_f32(*ds_field, dtype, deepstack[i])
-                _check_finite(ds_field[0], deepstack[i])
+        if ds_fields:
+            deepstack = np.empty((len(ds_fields), n, d), dtype=np.float32)
+            for i, ds_field in enumerate(ds_fields):
+                _decode_as_f32(ds_field, checked.dtype, deepstack[i])
+                _check_finite(ds_field.name, deepstack[i])
     features = VisionFeatures(embeddings=embeddings, deepstack=deepstack, grid=grid)
     logger.info("vision_tokens client-preprocess n=%d d=%d ds=%d grid=[%d,%d,%d]",
                 n, d, features.deepstack_layers, grid[0], grid[1], grid[2])
@@ -156,7 +204,9 @@ def _wire_dtype(dtype: str) -> np.dtype[Any]:
         raise ValueError(f"dtype must be 'f32' or 'f16', got {dtype!r}") from None
 
 
-def _checked_grid(grid: tuple[int, int, int]) -> tuple[int, int, int]:
+def checked_grid(grid: tuple[int, int, int]) -> tuple[int, int, int]:
+    """The merged grid [gt, gh, gw]: each >= 1, n = gt*gh*gw <= MAX_VISION_TOKENS (protocol v1,
+    whatever the model)."""
     gt, gh, gw = grid
     if min(grid) < 1:
         raise InvalidVisionTokens(f"vision_tokens.grid: every entry of [gt, gh, gw] must be "
@@ -188,8 +238,9 @@ def _checked_deepstack_count(payload: VisionTokensPayload, deepstack_layers: int
     return deepstack_layers
 
 
-def _check_base64_length(field: str, text: str, want: int, formula: str) -> None:
+def _check_base64_length(f: _Field) -> None:
     """Reject a payload of the wrong size from its base64 length alone (nothing decoded)."""
+    field, text, want, formula = f.name, f.text, f.want, f.formula
     want_chars = 4 * math.ceil(want / 3)
     if len(text) == want_chars and strict_base64.decoded_length(text) == want:
         return
@@ -206,27 +257,27 @@ def _check_base64_length(field: str, text: str, want: int, formula: str) -> None
                               f"got {strict_base64.decoded_length(text)}")
 
 
-def _decode_rows(field: str, text: str, want: int, formula: str,
+def _decode_rows(field: _Field,
                  rows: np.ndarray[Any, np.dtype[Any]]) -> np.ndarray[Any, np.dtype[Any]]:
-    """``rows`` (a C-contiguous array of ``want`` bytes) filled with the decoded bytes."""
+    """``rows`` (a C-contiguous array of ``field.want`` bytes) filled with the decoded bytes."""
     try:
-        written = strict_base64.decode_into(text, rows)
+        written = strict_base64.decode_into(field.text, rows)
     except strict_base64.Base64Error as exc:
-        raise InvalidVisionTokens(f"{field}: not strict base64 ({exc})") from None
-    if written != want:  # pragma: no cover - _check_base64_length already proved the size
-        raise InvalidVisionTokens(f"{field}: expected {want} bytes ({formula}), got {written}")
+        raise InvalidVisionTokens(f"{field.name}: not strict base64 ({exc})") from None
+    if written != field.want:  # pragma: no cover - check_vision_tokens proved the size
+        raise InvalidVisionTokens(f"{field.name}: expected {field.want} bytes "
+                                  f"({field.formula}), got {written}")
     return rows
 
 
-def _decode_as_f32(field: str, text: str, want: int, formula: str, dtype: str,
-                   out: FloatArray) -> FloatArray:
+def _decode_as_f32(field: _Field, dtype: str, out: FloatArray) -> FloatArray:
     """``out`` (float32 [n, d], C-contiguous) filled from base64 rows of the wire ``dtype``:
     decoded in place when the wire is this machine's float32, else widened from a scratch."""
     wire = _wire_dtype(dtype)
     if wire == out.dtype:
-        _decode_rows(field, text, want, formula, out)
+        _decode_rows(field, out)
     else:
-        out[...] = _decode_rows(field, text, want, formula, np.empty(out.shape, dtype=wire))
+        out[...] = _decode_rows(field, np.empty(out.shape, dtype=wire))
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 from unittest import mock
@@ -9,10 +10,12 @@ from unittest import mock
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
+from edgevlm import strict_base64
+from edgevlm.admission import RequestSide, admit
 from edgevlm.cache import VisionCache
-from edgevlm.errors import CacheMiss, ContextLengthExceeded, UnsupportedMedia
+from edgevlm.errors import CacheMiss, ContextLengthExceeded, EdgevlmError, UnsupportedMedia
 from edgevlm.features import VisionFeatures
-from edgevlm.limits import MMLimits
+from edgevlm.limits import MMLimits, RequestLimits
 from edgevlm.preflight import HEADER_PREFIX_CHARS, PreflightContext, header_of, preflight
 from edgevlm.protocol import parse_request
 from edgevlm.tokenizer import QWEN_SPECIAL_TOKENS, ByteCountTokenizer, HFTokenizer, render_chat
@@ -138,3 +141,117 @@ def test_budget_serialises_to_json() -> None:
     req = parse_request(user_request(image(image_bytes(100, 100)), text("hi")))
     out = json.loads(json.dumps(preflight(req, ctx()).to_json()))
     assert out["items"][0]["resized_width"] == 256 and out["items"][0]["tokens"] == 66
+
+
+# ------------------------------------------------- vision_tokens structure before the budget
+
+D, K = 8, 3  # the board's model: LLM hidden size, DeepStack layers
+
+
+def admit_side(**kw: Any) -> RequestSide:
+    """The request side as the daemon builds it, with a context a 4096-token grid overflows."""
+    return RequestSide(RequestLimits(), ctx(**{"context_length": 1024, "hidden_size": D,
+                                               "deepstack_layers": K, **kw}))
+
+
+def vt_part(grid: list[int], nbytes: int, **extra: Any) -> dict[str, Any]:
+    return {"type": "vision_tokens", "vision_tokens": {
+        "grid": grid, "tokens_b64": base64.b64encode(b"\0" * nbytes).decode(), **extra}}
+
+
+def refusal(part: dict[str, Any], side: RequestSide | None = None) -> tuple[str, str]:
+    """(type, message) of the refusal admission answers ``part`` with."""
+    raw = json.dumps(user_request(part, text("what is this?"), max_tokens=16)).encode()
+    with pytest.raises(EdgevlmError) as info:
+        admit(raw, side or admit_side())
+    return info.value.type, info.value.message
+
+
+@pytest.fixture
+def decoded_lengths(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Lengths of every text strict_base64 decodes during the test."""
+    lengths: list[int] = []
+    real, real_into = strict_base64.decode, strict_base64.decode_into
+
+    def spy(text: str | bytes) -> bytes:
+        lengths.append(len(text))
+        return real(text)
+
+    def spy_into(text: str | bytes, out: Any) -> int:
+        lengths.append(len(text))
+        return real_into(text, out)
+
+    monkeypatch.setattr(strict_base64, "decode", spy)
+    monkeypatch.setattr(strict_base64, "decode_into", spy_into)
+    return lengths
+
+
+@pytest.mark.parametrize("side", [None, RequestSide(RequestLimits(),
+                                                    ctx(context_length=1024))],
+                         ids=["model-known", "model-unknown"])
+def test_a_grid_over_the_protocol_limit_is_invalid_not_over_the_context(
+        side: RequestSide | None) -> None:
+    # 8,192 merged tokens: malformed whatever the model's context
+    assert refusal(vt_part([2, 64, 64], 64), side) == (
+        "invalid_vision_tokens",
+        "vision_tokens.grid: expected at most 4096 vision tokens, got n = 2×64×64 = 8192")
+
+
+def test_a_grid_entry_below_one_is_invalid_before_the_budget() -> None:
+    assert refusal(vt_part([0, 64, 64], 64)) == (
+        "invalid_vision_tokens",
+        "vision_tokens.grid: every entry of [gt, gh, gw] must be >= 1, got [0, 64, 64]")
+
+
+def test_a_wrong_deepstack_count_is_invalid_before_the_budget() -> None:
+    n = 64 * 64
+    part = vt_part([1, 64, 64], n * D * 4)
+    part["vision_tokens"]["ds_b64"] = [part["vision_tokens"]["tokens_b64"]] * 2
+    assert refusal(part) == (
+        "invalid_vision_tokens",
+        "vision_tokens.ds_b64: expected 3 entries (the model's DeepStack layers) or none, got 2")
+
+
+@pytest.mark.parametrize(("extra", "nbytes", "message"), [
+    ({}, 64, "vision_tokens.tokens_b64: expected 131072 bytes (n=4096 × d=8 × 4 bytes f32), "
+             "got 64"),
+    ({"dtype": "f16"}, 131072, "vision_tokens.tokens_b64: expected 65536 bytes (n=4096 × d=8 × "
+                               "2 bytes f16), got 131072"),
+    ({"layout": "packed"}, 131072, "vision_tokens.tokens_b64: expected 524288 bytes (n=4096 × "
+                                   "d=8 × (1+k=3) × 4 bytes f32, layout packed), got 131072"),
+])
+def test_wrong_byte_counts_are_invalid_before_the_budget_without_decoding(
+        extra: dict[str, Any], nbytes: int, message: str, decoded_lengths: list[int]) -> None:
+    assert refusal(vt_part([1, 64, 64], nbytes, **extra)) == ("invalid_vision_tokens", message)
+    assert max(decoded_lengths, default=0) <= 8  # at most the base64 tail was looked at
+
+
+def test_a_wrong_deepstack_entry_size_is_invalid_before_the_budget(
+        decoded_lengths: list[int]) -> None:
+    n = 64 * 64
+    part = vt_part([1, 64, 64], n * D * 4)
+    good = part["vision_tokens"]["tokens_b64"]
+    short = base64.b64encode(b"\0" * (n * D * 4 - 4)).decode()
+    part["vision_tokens"]["ds_b64"] = [good, short, good]
+    assert refusal(part) == (
+        "invalid_vision_tokens",
+        "vision_tokens.ds_b64[1]: expected 131072 bytes (n=4096 × d=8 × 4 bytes f32), got 131068")
+    assert max(decoded_lengths, default=0) <= 8
+
+
+def test_well_formed_vision_tokens_over_the_context_are_still_context_length_exceeded(
+        decoded_lengths: list[int]) -> None:
+    n = 64 * 64
+    part = vt_part([1, 64, 64], n * D * 4)
+    part["vision_tokens"]["ds_b64"] = [part["vision_tokens"]["tokens_b64"]] * K
+    kind, message = refusal(part)
+    assert kind == "context_length_exceeded"
+    assert "vision 4098: messages.0.content.0 4098" in message
+    assert max(decoded_lengths, default=0) <= 8
+
+
+def test_well_formed_vision_tokens_are_admitted_with_their_grid_cost() -> None:
+    part = vt_part([1, 2, 2], 4 * D * 4)
+    raw = json.dumps(user_request(part, text("hi"), max_tokens=16)).encode()
+    admitted = admit(raw, admit_side())
+    assert admitted.budget.items[0].tokens == 6
