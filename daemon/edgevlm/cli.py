@@ -49,12 +49,22 @@ def _parse_size(text: str) -> tuple[int, int]:
 
 def cmd_tokens(args: argparse.Namespace) -> int:
     from .vision.decode import MediaPolicy, probe_image
-    from .vision.sizing import get_family, image_tokens
+    from .vision.sizing import Family, get_family, image_tokens
 
+    family: Family
     try:
-        family = get_family(args.family)
-    except ValueError as exc:
-        print(f"edgevlm tokens: {exc}", file=sys.stderr)
+        if args.model is not None:
+            if args.family is not None:
+                print("edgevlm tokens: give --model or --family, not both", file=sys.stderr)
+                return EXIT_USAGE
+            from .engine.model import NativeModel, find_model_files, model_family
+
+            family = model_family(NativeModel(find_model_files(args.model)))
+        else:
+            family = get_family(args.family or "qwen3-vl")
+    except (ValueError, OSError, EdgevlmError) as exc:
+        message = exc.message if isinstance(exc, EdgevlmError) else str(exc)
+        print(f"edgevlm tokens: {message}", file=sys.stderr)
         return EXIT_USAGE
     if not args.size and not args.images:
         print("edgevlm tokens: give --size WIDTHxHEIGHT or one or more image files",
@@ -134,8 +144,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                                "completion_tokens": len(result.tokens)},
                      "metrics": {k: round(v, 2) for k, v in result.metrics.items()}})
     else:
+        sys.stdout.write("\n")  # the streamed answer ends its line
+        sys.stdout.flush()
         m = result.metrics
-        print(f"\n[{result.finish_reason}] prompt {result.prompt_tokens} tokens "
+        print(f"[{result.finish_reason}] prompt {result.prompt_tokens} tokens "
               f"(vision {result.vision_tokens}), encode {m['encode_ms']:.0f} ms, prefill "
               f"{m['prefill_ms']:.0f} ms, ttft {m['ttft_ms']:.0f} ms, "
               f"{1000 / m['tpot_ms'] if m['tpot_ms'] else 0:.1f} tok/s", file=sys.stderr)
@@ -158,16 +170,21 @@ def build_parser() -> argparse.ArgumentParser:
                        description="One user message: the images (in order), the video frames, "
                        "then the text, in the Qwen3-VL chat template.")
     p.add_argument("--model", required=True, help="directory with model.gguf + mmproj.gguf")
-    p.add_argument("--image", action="append", default=[], metavar="FILE")
+    p.add_argument("--image", action="append", default=[], metavar="FILE",
+                   help="an image file (JPEG, PNG, WebP, BMP); repeat for several, in order")
     p.add_argument("--video-frames", metavar="F1,F2,...", help="frames of one video, in order")
     p.add_argument("--fps", type=float, default=2.0, help="frame rate of --video-frames")
-    p.add_argument("--prompt", required=True)
-    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--prompt", required=True, help="the question or instruction (text)")
+    p.add_argument("--max-tokens", type=int, default=128,
+                   help="most tokens to generate (default 128)")
     p.add_argument("--temperature", type=float, default=None, help="0: greedy; absent: the "
                    "model file's default")
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--threads", type=int, default=4)
-    p.add_argument("--context", type=int, default=4096)
+    p.add_argument("--seed", type=int, default=None,
+                   help="sampling seed (the same seed and input give the same answer)")
+    p.add_argument("--threads", type=int, default=4, help="inference threads (default 4)")
+    p.add_argument("--context", type=int, default=4096,
+                   help="context size in tokens: prompt + image tokens + max tokens (default "
+                   "4096)")
     p.add_argument("--precision", choices=["exact", "fast"], default="exact",
                    help="prefill/vision arithmetic: exact (default) or fast (llama.cpp's "
                    "rounding of activations, faster on AVX-512)")
@@ -187,10 +204,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("images", nargs="*", metavar="IMAGE_FILE", help="image files (header only)")
     p.add_argument("--size", action="append", default=[], type=_parse_size,
                    metavar="WIDTHxHEIGHT", help="a size instead of a file (repeatable)")
-    p.add_argument("--family", default="qwen3-vl",
-                   help="qwen3-vl (default), qwen2.5-vl or qwen2-vl")
-    p.add_argument("--min-pixels", type=int, default=None, help="override the family minimum")
-    p.add_argument("--max-pixels", type=int, default=None, help="override the family maximum")
+    p.add_argument("--model", metavar="DIR", default=None,
+                   help="use this model's own pixel limits and patch sizes (model.gguf + "
+                   "mmproj.gguf, as `edgevlm run --model`), not the family's defaults")
+    p.add_argument("--family", default=None,
+                   help="the family's default rules: qwen3-vl (default), qwen2.5-vl or qwen2-vl")
+    p.add_argument("--min-pixels", type=int, default=None,
+                   help="override the minimum (of the model or family)")
+    p.add_argument("--max-pixels", type=int, default=None,
+                   help="override the maximum (of the model or family), as model.max_pixels")
     p.set_defaults(func=cmd_tokens)
 
     from .convert.cli import add_convert_parser
@@ -198,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_convert_parser(sub)
 
     p = sub.add_parser("check-config", help="validate a YAML configuration file")
-    p.add_argument("file")
+    p.add_argument("file", help="the YAML file (e.g. etc/edgevlm.yaml)")
     p.add_argument("--json", action="store_true", help="print the validated configuration")
     p.set_defaults(func=cmd_check_config)
     return parser

@@ -166,69 +166,87 @@ def add_mqtt_commands(sub: Any) -> None:
                        "variable EDGEVLM_<SECTION>__<KEY>, or --set SECTION.KEY=VALUE; flags "
                        "win over env, env over the file.")
     p.add_argument("-c", "--config", metavar="FILE", help="YAML config (etc/edgevlm.yaml)")
-    p.add_argument("--mqtt-host")
-    p.add_argument("--mqtt-port", type=int)
-    p.add_argument("--mqtt-username")
-    p.add_argument("--base-topic")
-    p.add_argument("--node-id")
-    p.add_argument("--client-id")
-    p.add_argument("--protocol", choices=["5", "3.1.1"])
+    p.add_argument("--mqtt-host", metavar="HOST", help="mqtt.host: the broker (absent: "
+                   "zeroconf browsing, then localhost)")
+    p.add_argument("--mqtt-port", type=int, metavar="PORT", help="mqtt.port (default 1883)")
+    p.add_argument("--mqtt-username", metavar="USER", help="mqtt.username (the password: "
+                   "mqtt.password in the file, with !secret or !env)")
+    p.add_argument("--base-topic", metavar="TOPIC", help="mqtt.base_topic (default edgevlm)")
+    p.add_argument("--node-id", metavar="ID", help="mqtt.node_id: topics are "
+                   "<base>/<node_id>/... (default: the host name)")
+    p.add_argument("--client-id", metavar="ID", help="mqtt.client_id (default "
+                   "edgevlm-<node_id>); unique on the broker")
+    p.add_argument("--protocol", choices=["5", "3.1.1"], help="mqtt.protocol (default 5)")
     p.add_argument("--model", metavar="DIR", help="model.gguf + mmproj.gguf (default: the "
                    "bundled demo model)")
-    p.add_argument("--threads", type=int)
-    p.add_argument("--context", type=int)
+    p.add_argument("--threads", type=int, help="model.threads: inference threads (default 4)")
+    p.add_argument("--context", type=int, help="model.context: tokens of prompt + images + "
+                   "answer (default 4096)")
     p.add_argument("--precision", choices=["exact", "fast"], help="model.precision")
-    p.add_argument("--max-queue", type=int)
+    p.add_argument("--max-queue", type=int, help="limits.max_queue: requests waiting before "
+                   "answers are busy (default 8)")
     p.add_argument("--no-discovery", action="store_true", help="no Home Assistant discovery")
     p.add_argument("--no-zeroconf", action="store_true", help="no zeroconf announcement")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any config key, e.g. --set cameras.door.prompt='Who is there?'")
-    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                   help="log level (default info; -v is debug)")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("ask", help="send one describe request over MQTT and print the answer",
                        description="Exit codes: 0 answered, 1 error answer, 2 usage, "
                        "3 no broker or no answer in time.")
-    p.add_argument("prompt")
+    p.add_argument("prompt", help="the question or instruction")
     p.add_argument("--broker", metavar="HOST[:PORT]", help="default: EDGEVLM_MQTT__HOST/PORT "
                    "or localhost:1883")
     target = p.add_mutually_exclusive_group()
     target.add_argument("--node", help="the daemon's node id (default: the only one online)")
     target.add_argument("--pool", action="store_true", help="send to the shared pool")
-    p.add_argument("--base-topic", default="edgevlm")
-    p.add_argument("--image", action="append", default=[], metavar="FILE")
+    p.add_argument("--base-topic", default="edgevlm", help="the daemons' mqtt.base_topic "
+                   "(default edgevlm)")
+    p.add_argument("--image", action="append", default=[], metavar="FILE",
+                   help="an image file to send; repeat for several, in order")
     p.add_argument("--vision-tokens", action="append", default=[], metavar="FILE",
                    help="a payload written by `edgevlm encode`")
-    p.add_argument("--max-tokens", type=int, default=None)
-    p.add_argument("--temperature", type=float, default=None)
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="most tokens to generate (default: the daemon's, 128)")
+    p.add_argument("--temperature", type=float, default=None,
+                   help="0: greedy; absent: the model file's default")
     p.add_argument("--stream", action="store_true", help="print partial text as it comes")
     p.add_argument("--json", action="store_true", help="print the answer envelope as JSON")
-    p.add_argument("--timeout", type=float, default=60.0, metavar="S")
-    p.add_argument("--protocol", choices=["5", "3.1.1"], default="5")
-    p.add_argument("--username")
-    p.add_argument("--password")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                   help="seconds to wait for the answer (default 60; then exit 3)")
+    p.add_argument("--protocol", choices=["5", "3.1.1"], default="5",
+                   help="MQTT version (default 5; 3.1.1 matches the answer by transaction)")
+    p.add_argument("--username", help="broker user name")
+    p.add_argument("--password", help="broker password (or EDGEVLM_MQTT__PASSWORD)")
     p.set_defaults(func=cmd_ask)
 
     p = sub.add_parser("encode", help="compute a vision_tokens payload on this machine",
                        description="Runs the model's vision encoder on IMAGE and writes the "
                        "JSON vision_tokens payload a board with the same model accepts.")
-    p.add_argument("image", metavar="IMAGE")
+    p.add_argument("image", metavar="IMAGE", help="the image file to encode")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="file, or - for stdout")
     p.add_argument("--model", metavar="DIR", help="default: the bundled demo model")
-    p.add_argument("--dtype", choices=["f32", "f16"], default="f32")
-    p.add_argument("--layout", choices=["separate", "packed"], default="separate")
-    p.add_argument("--threads", type=int, default=4)
-    p.add_argument("--max-pixels", type=int, default=1_003_520)
+    p.add_argument("--dtype", choices=["f32", "f16"], default="f32",
+                   help="feature precision on the wire (f16: half the bytes)")
+    p.add_argument("--layout", choices=["separate", "packed"], default="separate",
+                   help="separate: tokens_b64 + ds_b64; packed: one array of rows")
+    p.add_argument("--threads", type=int, default=4, help="inference threads (default 4)")
+    p.add_argument("--max-pixels", type=int, default=1_003_520,
+                   help="resize cap, as the board's model.max_pixels (default 1003520)")
     p.set_defaults(func=cmd_encode)
 
     p = sub.add_parser("demo", help="zero-config end-to-end run: broker, daemon, sample "
                        "frames through MQTT", description="Uses the configured broker if it "
                        "answers, else starts a private one (mosquitto, or the embedded one).")
-    p.add_argument("--json", action="store_true", help="one JSON object per answer")
-    p.add_argument("--broker", type=_broker_arg, metavar="HOST[:PORT]")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per answer, then a summary object")
+    p.add_argument("--broker", type=_broker_arg, metavar="HOST[:PORT]",
+                   help="use this broker if it answers (else a private one)")
     p.add_argument("-c", "--config", metavar="FILE", help="take the broker from this config")
     p.add_argument("--broker-kind", choices=["auto", "mosquitto", "embedded"], default="auto",
                    help="force a private broker of this kind")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=2, help="inference threads (default 2)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="per answer")
     p.set_defaults(func=cmd_demo)

@@ -46,3 +46,17 @@ def test_run_reports_bad_input_with_exit_codes(tmp_path: Path,
     proc = run("--model", str(converted("qwen3vl-tiny-a", "f32")), "--image", str(bad),
                "--prompt", "hi")
     assert proc.returncode == 1 and "unsupported" not in proc.stdout and proc.stderr
+
+
+def test_run_prints_the_answer_as_one_line_and_its_metrics_on_stderr() -> None:
+    """Text mode streams the answer to stdout and ends the line (issue 19: the output had no
+    final newline, so a shell prompt or the next command's output followed on its line)."""
+    from edgevlm.models import demo_model_dir
+
+    image = demo_model_dir().parent / "samples" / "garden.jpg"
+    proc = run("--model", str(demo_model_dir()), "--image", str(image), "--prompt",
+               "How many objects are there?", "--temperature", "0", "--threads", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.endswith("\n") and proc.stdout.count("\n") == 1 and proc.stdout.strip()
+    last = proc.stderr.splitlines()[-1]
+    assert last.startswith("[stop] prompt ") and "tok/s" in last

@@ -140,3 +140,30 @@ def test_demo_config_keeps_the_broker_login_and_never_announces_itself(tmp_path:
     assert config.model.path is None  # always the bundled demo model
     assert not config.homeassistant.discovery and not config.zeroconf.enabled
     assert config.cameras  # the camera-topic sample has its camera
+
+
+def test_every_flag_of_every_command_has_help_text() -> None:
+    import argparse
+
+    parser = build_parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    missing = [f"{name} {a.option_strings or a.dest}" for name, sub in subs.choices.items()
+               for a in sub._actions if not a.help and not isinstance(a, argparse._HelpAction)]
+    assert not missing, f"flags without --help text: {missing}"
+
+
+def test_tokens_with_a_model_use_its_own_pixel_limits(capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    """The demo model allows 16,384..32,768 pixels: a 480x320 scene is 128x192, 24 tokens
+    (docs/demo-model.md), where the family's defaults would say 3x as many."""
+    from edgevlm.models import demo_model_dir
+
+    out = run_json(capsys, "tokens", "--model", str(demo_model_dir()), "--size", "480x320")
+    assert out == {"width": 480, "height": 320, "resized_width": 192, "resized_height": 128,
+                   "grid": [1, 8, 12], "tokens": 24, "tokens_with_markers": 26}
+    family_default = run_json(capsys, "tokens", "--size", "480x320")
+    assert family_default["tokens"] > 2 * 24  # type: ignore[index]
+    assert main(["tokens", "--model", str(demo_model_dir()), "--family", "qwen2-vl",
+                 "--size", "10x10"]) == 2
+    assert main(["tokens", "--model", "/nonexistent-model-dir", "--size", "10x10"]) == 2
+    assert "nonexistent-model-dir" in capsys.readouterr().err

@@ -193,7 +193,9 @@ class Engine:
         return PreflightContext(family=self.family, context_length=context or self.context,
                                 tokenizer=self.tokenizer, media=media or MediaPolicy(),
                                 mm=mm or MMLimits(), max_pixels=self.max_pixels,
-                                min_pixels=self.min_pixels, ref_tokens=self._ref_tokens)
+                                min_pixels=self.min_pixels, ref_tokens=self._ref_tokens,
+                                hidden_size=self.facts.hidden_size,
+                                deepstack_layers=self.facts.deepstack_layers)
 
     def _ref_tokens(self, key: str) -> int | None:
         if self.cache is None:
