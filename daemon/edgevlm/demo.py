@@ -8,7 +8,10 @@
 3. Sample frames (``models/samples``) sent through MQTT exactly as a user would: describe
    requests (MQTT v5, Response Topic + Correlation Data) and one frame on a camera topic.
 4. Each answer printed with its metrics (``--json``: one JSON object per line), then
-   everything is shut down. Exit code 0 only when every sample got an answer.
+   everything is shut down and the last line says how many answers match the scene
+   (``N/6 answers match the scene``; ``--json``: a summary object). An answer matches when
+   its text equals the sample's ``truth`` (:func:`matches`). Exit code 0 only when every
+   sample got an answer: a wrong answer is the model's, not a failure of the run.
 """
 
 from __future__ import annotations
@@ -53,6 +56,14 @@ class Sample:
     @property
     def camera(self) -> str:
         return self.name.replace(" ", "_")
+
+
+def matches(text: object, truth: str) -> bool:
+    """Whether an answer says exactly what the scene shows: equal after trimming the ends,
+    collapsing runs of whitespace and ignoring case."""
+    if not isinstance(text, str):
+        return False
+    return " ".join(text.split()).casefold() == " ".join(truth.split()).casefold()
 
 
 def load_samples(directory: Path = SAMPLES_DIR) -> list[Sample]:
@@ -156,6 +167,7 @@ def private_broker(kind: BrokerKind) -> Iterator[tuple[str, int]]:
 class Printer:
     def __init__(self, json_output: bool, out: Callable[[str], None]) -> None:
         self.json, self.out = json_output, out
+        self.tally: tuple[int, int, int] | None = None  # answered, matched, samples
 
     def note(self, text: str) -> None:
         if not self.json:
@@ -178,6 +190,18 @@ class Printer:
             self.out(f"      x  {record['error']}")
         self.out(f"         (the scene shows: {sample.truth})")
 
+    def summary(self) -> None:
+        """The last line of a run that got as far as asking (``tally``), once."""
+        if self.tally is None:
+            return
+        (answered, matched, total), self.tally = self.tally, None
+        if self.json:
+            self.out(json.dumps({"summary": True, "samples": total, "answered": answered,
+                                 "match": matched}))
+            return
+        self.out(f"edgevlm demo: {answered}/{total} samples answered")
+        self.out(f"{matched}/{total} answers match the scene")
+
 
 def _stdout_line(text: str) -> None:
     sys.stdout.write(text + "\n")
@@ -186,7 +210,8 @@ def _stdout_line(text: str) -> None:
 
 def _record(sample: Sample, status: str, **fields: Any) -> dict[str, Any]:
     return {"sample": sample.name, "image": sample.image.name, "via": sample.via,
-            "prompt": sample.prompt, "status": status, **fields, "truth": sample.truth}
+            "prompt": sample.prompt, "status": status, **fields, "truth": sample.truth,
+            "match": status == "ok" and matches(fields.get("text"), sample.truth)}
 
 
 def _ask_sample(client: DescribeClient, sample: Sample, timeout: float) -> dict[str, Any]:
@@ -263,6 +288,14 @@ def run_demo(json_output: bool = False, out: Callable[[str], None] | None = None
             return 2
         if broker is None and base.mqtt.host:
             broker = (base.mqtt.host, base.mqtt.port)
+    try:
+        return _run_with_a_broker(printer, broker, base, broker_kind, threads, timeout)
+    finally:
+        printer.summary()  # after the daemon and the broker stopped: nothing follows it
+
+
+def _run_with_a_broker(printer: Printer, broker: tuple[str, int] | None, base: Config | None,
+                       broker_kind: BrokerKind, threads: int, timeout: float) -> int:
     with contextlib.ExitStack() as stack:
         if broker is not None and broker_kind == "auto" and reachable(*broker):
             host, port = broker
@@ -290,12 +323,14 @@ def _run_against(host: str, port: int, config: Config, printer: Printer, timeout
     t0 = time.perf_counter()
     printer.note(f"edgevlm demo: loading the bundled model {demo_model_dir().name} ...")
     service = Service(config)
+    answered = matched = 0
+    online = False
     try:
         service.start()
+        online = True
         took_ms = (time.perf_counter() - t0) * 1e3
         printer.note(f"edgevlm demo: daemon online as {config.mqtt.base_topic}/{NODE_ID} "
                      f"after {took_ms:.0f} ms (model loaded, subscriptions confirmed)")
-        answered = 0
         mqtt = config.mqtt
         with DescribeClient(host, port, base_topic=mqtt.base_topic, username=mqtt.username,
                             password=mqtt.password, tls=mqtt.tls) as client:
@@ -306,11 +341,13 @@ def _run_against(host: str, port: int, config: Config, printer: Printer, timeout
                 else:
                     record = _ask_sample(client, sample, timeout)
                 answered += record["status"] == "ok"
+                matched += record["match"]
                 printer.result(i, len(samples), sample, record)
     except (BrokerUnavailable, TimeoutError) as exc:
         print(f"edgevlm demo: {exc}", file=sys.stderr)
         return 3
     finally:
         service.stop("demo finished")
-    printer.note(f"edgevlm demo: {answered}/{len(samples)} samples answered")
+        if online:
+            printer.tally = (answered, matched, len(samples))
     return 0 if answered == len(samples) else 1
