@@ -1,7 +1,10 @@
 # Sourced by scripts/test.sh and scripts/demo.sh: installs what the machine lacks (a C
 # compiler and Python headers for the native core; for tests also make, clang and the Mosquitto
 # broker the MQTT tests start), creates the virtual environment and installs edgevlm (with the
-# extras named in $1: "test" adds the test tools, the converter and the transformers reference).
+# extras named in $1: "test" adds the test tools, the converter and the transformers reference;
+# "run" is a plain `pip install .`, the run-time dependencies only, as on a board).
+# Each step is announced on stderr ("== ..."), with pip's progress, so stdout stays the
+# command's own (`bash scripts/demo.sh --json` prints JSON only).
 # Mosquitto is tried in the "run" profile too (without asking for a password); `edgevlm demo`
 # works without it through its embedded broker. It is never left running as a system service:
 # tests and the demo start their own broker on a free port.
@@ -9,16 +12,20 @@ PROFILE="${1:-run}"
 PYTHON="${PYTHON:-python3}"
 VENV="${EDGEVLM_VENV:-$PWD/.venv}"
 
+note() { echo "== $*" >&2; }
+
 apt_install() {  # apt_install PACKAGE... (root or sudo; apt-get update once)
   local sudo=""
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
   if [ -z "${EDGEVLM_APT_UPDATED:-}" ]; then
+    note "apt-get update"
     $sudo apt-get update -qq && EDGEVLM_APT_UPDATED=1
   fi
-  echo "== apt-get install $*"
+  note "apt-get install $* (a minute or two)"
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
 }
 
+note "checking this machine for a C compiler, Python headers and mosquitto"
 need=()
 command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 "$PYTHON" -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
@@ -55,10 +62,10 @@ if ! have_mosquitto; then
     if apt_install mosquitto; then
       quiet_mosquitto_service
     else
-      echo "== mosquitto could not be installed; edgevlm demo will use its embedded broker"
+      note "mosquitto could not be installed; edgevlm demo will use its embedded broker"
     fi
   else
-    echo "== no mosquitto (and no root): edgevlm demo will use its embedded broker"
+    note "no mosquitto (and no root): edgevlm demo will use its embedded broker"
   fi
 fi
 
@@ -66,21 +73,27 @@ fi
   echo "edgevlm needs Python 3.11 or newer; $("$PYTHON" --version 2>&1) found" >&2; exit 2; }
 
 if [ ! -x "$VENV/bin/python" ]; then
+  note "creating the virtual environment $VENV"
   if ! "$PYTHON" -m venv "$VENV" 2>/dev/null; then
-    echo "== the interpreter has no venv module"
+    note "the interpreter has no venv module"
     apt_install python3-venv
     rm -rf "$VENV"; "$PYTHON" -m venv "$VENV"
   fi
-  "$VENV/bin/python" -m pip install -q --upgrade pip
+  note "upgrading pip"
+  "$VENV/bin/python" -m pip install -q --upgrade pip >&2
 fi
 
-echo "== installing edgevlm ($PROFILE)"
 if [ "$PROFILE" = "test" ]; then
+  note "installing edgevlm with the test tools, the converter and the reference (torch, transformers)"
   # torch is pinned to the CPU build this project is tested with; transformers is the
   # float32 reference the tests compare against.
-  "$VENV/bin/python" -m pip install -q "torch==2.13.0"
-  "$VENV/bin/python" -m pip install -q -e ".[test,convert,reference]"
+  "$VENV/bin/python" -m pip install -q "torch==2.13.0" >&2
+  "$VENV/bin/python" -m pip install -q -e ".[test,convert,reference]" >&2
+elif "$VENV/bin/python" -m pip show edgevlm 2>/dev/null | grep -qxF "Editable project location: $PWD"; then
+  note "$VENV has the editable development install of this checkout (scripts/test.sh); using it"
 else
-  "$VENV/bin/python" -m pip install -q -e .
+  note "installing edgevlm and its run-time dependencies: pip install . (builds the native core, about a minute)"
+  "$VENV/bin/python" -m pip install --progress-bar on . >&2
 fi
+note "checking that the native core loads"
 "$VENV/bin/python" -c "import edgevlm.engine" || { echo "edgevlm (or its native core) failed to install" >&2; exit 1; }
