@@ -258,16 +258,24 @@ SECRET_KEYS = frozenset({"password", "key", "secret", "token"})
 REDACTED = "***"
 
 
-def _redact(value: Any, path: Loc, secret_paths: set[Loc], secret_values: frozenset[str]
-            ) -> Any:
+def _redact(value: Any, path: Loc, secret_paths: set[Loc], secret_values: frozenset[str],
+            hidden: set[str] | None = None, inherited: bool = False) -> Any:
+    """``value`` (at ``path``) with every secret as ``***``: passwords and keys by name, what
+    came from ``!secret``/``!env`` (all of it, when a whole section did) and every string
+    equal to a ``!secret``/``!env`` value. ``hidden`` collects the texts it masked."""
+    inherited = inherited or path in secret_paths
     if isinstance(value, dict):
-        return {k: _redact(v, (*path, k), secret_paths, secret_values) for k, v in value.items()}
+        return {k: _redact(v, (*path, k), secret_paths, secret_values, hidden, inherited)
+                for k, v in value.items()}
     if isinstance(value, list):
-        return [_redact(v, (*path, i), secret_paths, secret_values) for i, v in enumerate(value)]
+        return [_redact(v, (*path, i), secret_paths, secret_values, hidden, inherited)
+                for i, v in enumerate(value)]
     if value is None:
         return None
-    if (path in secret_paths or (path and str(path[-1]) in SECRET_KEYS)
+    if (inherited or (path and str(path[-1]) in SECRET_KEYS)
             or (isinstance(value, str) and value in secret_values)):
+        if hidden is not None:
+            hidden.add(str(value))
         return REDACTED
     return value
 
@@ -286,7 +294,8 @@ class Config(_Section):
     _secret_values: frozenset[str] = PrivateAttr(default_factory=frozenset)
 
     def redacted(self) -> dict[str, Any]:
-        """The config as JSON data with passwords, keys and every ``!secret`` value as ``***``."""
+        """The config as JSON data with passwords, keys and every ``!secret``/``!env`` value
+        as ``***``."""
         return _redact(self.model_dump(mode="json"), (), self._secret_paths,  # type: ignore[no-any-return]
                        self._secret_values)
 
@@ -305,6 +314,8 @@ _NOISE = ("function-before", "function-after", "int", "str", "literal", "float",
 
 
 def _problems(exc: ValidationError, raw: RawConfig) -> list[str]:
+    """One line per validation error: key, value and origin, with secrets as ``***``."""
+    secret_values = frozenset(raw.secret_values)
     problems = []
     for err in exc.errors(include_url=False):
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and (
@@ -312,9 +323,15 @@ def _problems(exc: ValidationError, raw: RawConfig) -> list[str]:
         key = ".".join(str(p) for p in loc) or "(top level)"
         origin = raw.origin_of(loc)
         where = f" ({origin})" if origin else ""
-        shown = REDACTED if loc in raw.secret_paths else repr(err.get("input"))
-        value = "" if err["type"] == "missing" else f" = {shown}"
+        hidden: set[str] = set()
+        inherited = (any(loc[:end] in raw.secret_paths for end in range(len(loc)))
+                     or (bool(loc) and str(loc[-1]) in SECRET_KEYS))  # a password as a list
+        shown = _redact(err.get("input"), loc, raw.secret_paths, secret_values, hidden,
+                        inherited)
+        value = "" if err["type"] == "missing" else f" = {shown!r}".replace("'***'", "***")
         message = err["msg"].removeprefix("Value error, ")
+        for text in sorted(hidden - {""}, key=len, reverse=True):  # a validator may quote it
+            message = re.sub(rf"(?<!\w){re.escape(text)}(?!\w)", REDACTED, message)
         if err["type"] == "extra_forbidden":
             message = "unknown key; check the spelling against etc/edgevlm.yaml"
         problems.append(f"{key}{value}{where}: {message}")

@@ -91,9 +91,12 @@ class _TaggedLoader(_SafeLoader):  # type: ignore[misc,valid-type]
             self.raw.problems.append(f"!secret {name} (line {line}): cannot read "
                                      f"{self.secrets_path}: {exc.strerror}")
             return None
-        except yaml.YAMLError as exc:
+        except yaml.YAMLError as exc:  # without the snippet of the file: it shows a secret
+            mark = getattr(exc, "problem_mark", None)
+            why = getattr(exc, "problem", None) or "cannot parse it"
+            where = f" (line {mark.line + 1})" if mark is not None else ""
             self.raw.problems.append(f"!secret {name} (line {line}): {self.secrets_path} is "
-                                     f"not valid YAML: {exc}")
+                                     f"not valid YAML: {why}{where}")
             return None
         self._secrets = loaded if isinstance(loaded, dict) else {}
         return self._secrets
@@ -121,7 +124,10 @@ def _construct_env(loader: _TaggedLoader, node: yaml.Node) -> Any:
         loader.raw.problems.append(f"!env {name} (line {node.start_mark.line + 1}): the "
                                    f"environment variable {name} is not set")
         return None
-    return loader.env[name]
+    value = loader.env[name]
+    if value:  # masked like a !secret value: in errors and in Config.redacted()
+        loader.raw.secret_values.add(value)
+    return value
 
 
 _TaggedLoader.add_constructor("!secret", _construct_secret)
@@ -131,34 +137,90 @@ _TaggedLoader.add_constructor("!env", _construct_env)
 MAX_VALUES = 100_000  # values of a config once aliases are expanded (a real one has < 1000)
 
 
-def _walk(node: yaml.Node, path: Loc, raw: RawConfig, budget: list[int],
-          active: set[int]) -> None:
-    """Record the line of every value; refuse recursive aliases and alias bombs."""
-    budget[0] -= 1
-    if budget[0] < 0:
-        raise ConstructorError(None, None, f"more than {MAX_VALUES} values once aliases are "
-                               "expanded; write the values out", node.start_mark)
-    if id(node) in active:
-        raise ConstructorError(None, None, "an alias refers to a value that contains it",
-                               node.start_mark)
-    raw.origins[path] = f"line {node.start_mark.line + 1}"
-    if node.tag == "!secret":
-        raw.secret_paths.add(path)
-    active.add(id(node))
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            child = (*path, str(key.value))
-            _walk(value, child, raw, budget, active)
-            raw.origins[child] = f"line {key.start_mark.line + 1}"
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _walk(item, (*path, i), raw, budget, active)
-    active.discard(id(node))
+SECRET_TAGS = ("!secret", "!env")
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _key(loader: _TaggedLoader, node: yaml.Node) -> Any:
+    """A mapping key as the loader will build it (``yes`` and ``true`` are the same key);
+    ``None`` for keys YAML allows but a config cannot have (a merge ``<<``, a list)."""
+    if not isinstance(node, yaml.ScalarNode) or node.tag == _MERGE_TAG:
+        return None
+    key = loader.construct_object(node)
+    try:
+        hash(key)
+    except TypeError:  # a !secret naming a list: the loader refuses it later
+        return ("node", node.tag, node.value)
+    return ("key", key)
+
+
+def _duplicates(loader: _TaggedLoader, node: yaml.MappingNode, path: Loc,
+                found: list[tuple[int, str]]) -> None:
+    """Each key written twice in one mapping, as (line, problem): the loader would keep only
+    the last (a second ``mqtt:`` section drops the first's host and password without a word)."""
+    seen: dict[Any, list[tuple[yaml.Node, yaml.Node]]] = {}
+    for key, value in node.value:
+        ident = _key(loader, key)
+        if ident is not None:
+            seen.setdefault(ident, []).append((key, value))
+    for pairs in seen.values():
+        if len(pairs) < 2:
+            continue
+        name = ".".join(str(p) for p in (*path, pairs[0][0].value))
+        lines = [key.start_mark.line + 1 for key, _ in pairs]
+        again = ", ".join(str(n) for n in lines[1:-1]) + (" and " if len(lines) > 2 else "")
+        again = f"line{'s' if len(lines) > 2 else ''} {again}{lines[-1]}"
+        if not any(isinstance(value, yaml.MappingNode) for _, value in pairs):
+            advice = "only the last value would count; keep one"
+        elif len(lines) == 2:
+            advice = "the second section would replace the first whole; merge them into one"
+        else:
+            advice = "the last section would replace the others whole; merge them into one"
+        found.append((lines[0], f"{name} (line {lines[0]}): duplicate key, written again on "
+                                f"{again}; {advice}"))
+
+
+class _Walk:
+    """Record the line of every value and which came from ``!secret``/``!env``; refuse
+    recursive aliases and alias bombs; find keys written twice in a mapping."""
+
+    def __init__(self, loader: _TaggedLoader, raw: RawConfig) -> None:
+        self.loader, self.raw = loader, raw
+        self.budget = MAX_VALUES
+        self.active: set[int] = set()  # the mappings and lists around the current node
+        self.checked: set[int] = set()  # mappings checked for duplicate keys
+        self.duplicates: list[tuple[int, str]] = []
+
+    def __call__(self, node: yaml.Node, path: Loc) -> None:
+        self.budget -= 1
+        if self.budget < 0:
+            raise ConstructorError(None, None, f"more than {MAX_VALUES} values once aliases "
+                                   "are expanded; write the values out", node.start_mark)
+        if id(node) in self.active:
+            raise ConstructorError(None, None, "an alias refers to a value that contains it",
+                                   node.start_mark)
+        self.raw.origins[path] = f"line {node.start_mark.line + 1}"
+        if node.tag in SECRET_TAGS:
+            self.raw.secret_paths.add(path)
+        self.active.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            if id(node) not in self.checked:  # an aliased mapping once, at its anchor
+                self.checked.add(id(node))
+                _duplicates(self.loader, node, path, self.duplicates)
+            for key, value in node.value:
+                child = (*path, str(key.value))
+                self(value, child)
+                self.raw.origins[child] = f"line {key.start_mark.line + 1}"
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                self(item, (*path, i))
+        self.active.discard(id(node))
 
 
 def read_yaml(text: str, secrets_path: Path | None, env: Mapping[str, str]) -> RawConfig:
     """Parse the config text; raises :class:`yaml.YAMLError` on bad syntax, values Python
-    cannot hold, recursive aliases, alias bombs and nesting too deep to parse."""
+    cannot hold, recursive aliases, alias bombs and nesting too deep to parse. Keys written
+    twice and unresolvable ``!secret``/``!env`` are listed in ``problems``."""
     raw = RawConfig()
     loader = _TaggedLoader(text)
     loader.raw, loader.secrets_path, loader.env = raw, secrets_path, env
@@ -166,7 +228,9 @@ def read_yaml(text: str, secrets_path: Path | None, env: Mapping[str, str]) -> R
         node = loader.get_single_node()
         if node is None:
             return raw
-        _walk(node, (), raw, [MAX_VALUES], set())
+        walk = _Walk(loader, raw)
+        walk(node, ())
+        raw.problems += [problem for _, problem in sorted(walk.duplicates)]
         data = loader.construct_document(node)
     except RecursionError:
         raise yaml.YAMLError("the document is nested too deeply") from None

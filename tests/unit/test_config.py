@@ -115,7 +115,8 @@ def test_secret_and_env_tags_are_resolved_and_redacted(tmp_path: Path) -> None:
     shown = config.redacted()["mqtt"]
     assert shown["password"] == "***" and shown["tls"]["key"] == "***"
     assert shown["port"] == "***"  # came from a !secret
-    assert shown["username"] == "edgevlm" and shown["host"] == "10.0.0.2"
+    assert shown["username"] == "edgevlm"
+    assert shown["host"] == "***"  # came from a !env
     assert "0123" not in repr(config.redacted())
 
 
@@ -133,6 +134,68 @@ def test_missing_secret_and_env_are_named_with_their_line(tmp_path: Path) -> Non
 def test_secret_without_secrets_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"!secret pw \(line 2\): cannot read"):
         load_config(write(tmp_path, "mqtt:\n  password: !secret pw\n"), env={})
+
+
+def test_env_values_are_masked_in_errors_like_secrets(tmp_path: Path) -> None:
+    path = write(tmp_path, """mqtt:
+  host: broker
+  username: edgevlm
+  password: !env MQTT_PASSWORD
+  port: !env MQTT_PASSWORD
+cache:
+  max_bytes: !env MQTT_PASSWORD
+""")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={"MQTT_PASSWORD": "hunter2-Pa55"})
+    problems = info.value.problems
+    assert ("mqtt.port = *** (line 5): Input should be a valid integer, unable to parse string "
+            "as an integer") in problems
+    assert any(p.startswith("cache.max_bytes = *** (line 7): not a size: '***'")
+               for p in problems), problems
+    assert len(problems) == 2 and "hunter2" not in str(info.value)
+
+
+def test_env_password_is_masked_in_errors(tmp_path: Path) -> None:
+    path = write(tmp_path, "mqtt:\n  password: !env PW\n  reconnect_min_s: 10\n"
+                 "  reconnect_max_s: 2\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={"PW": "[hunter2]"})  # as text: a valid password
+    assert info.value.problems == [
+        "mqtt = {'password': ***, 'reconnect_min_s': 10, 'reconnect_max_s': 2} (line 1): "
+        "reconnect_max_s (2) is below reconnect_min_s (10)"]
+    # EDGEVLM_MQTT__PASSWORD: flow style is YAML, so this one is a list, not a string
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, ""), env={"EDGEVLM_MQTT__PASSWORD": "[hunter2]"})
+    assert info.value.problems == [
+        "mqtt.password = [***] (from env EDGEVLM_MQTT__PASSWORD): Input should be a valid string"]
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, "mqtt:\n  reconnect_min_s: 10\n  reconnect_max_s: 2\n"),
+                    env={"EDGEVLM_MQTT__PASSWORD": "hunter2"})
+    assert "'password': ***" in str(info.value) and "hunter2" not in str(info.value)
+
+
+def test_env_values_are_redacted_in_check_config_json(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, "mqtt:\n  host: broker\n  username: !env MQTT_USER\n"
+                 "  port: !env MQTT_PORT\n")
+    config = load_config(path, env={"MQTT_USER": "u-1234", "MQTT_PORT": "8883"})
+    assert (config.mqtt.username, config.mqtt.port) == ("u-1234", 8883)
+    shown = config.redacted()["mqtt"]
+    assert (shown["username"], shown["port"], shown["host"]) == ("***", "***", "broker")
+    (tmp_path / "secrets.yaml").write_text("mqtt: {host: h, port: notaport, password: pw-9}\n")
+    with pytest.raises(ConfigError) as info:  # a whole section from !secret: all of it masked
+        load_config(write(tmp_path, "mqtt: !secret mqtt\n"), env={})
+    assert info.value.problems == ["mqtt.port = *** (line 1): Input should be a valid integer, "
+                                   "unable to parse string as an integer"]
+
+
+def test_secrets_file_syntax_error_does_not_show_its_lines(tmp_path: Path) -> None:
+    (tmp_path / "secrets.yaml").write_text('other: 1\nmqtt_password: "hunter2\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, "mqtt:\n  password: !secret mqtt_password\n"), env={})
+    assert info.value.problems == [
+        f"!secret mqtt_password (line 2): {tmp_path / 'secrets.yaml'} is not valid YAML: found "
+        "unexpected end of stream (line 3)"]
 
 
 def test_environment_overrides_the_file_and_flags_override_both(tmp_path: Path) -> None:
@@ -261,3 +324,74 @@ def test_backoff_order_and_camera_topic_filters(tmp_path: Path) -> None:
     assert any(p.startswith("cameras.a.topic = 'cams/x+/image' (line 6): not a valid MQTT")
                for p in problems), problems
     assert len(problems) == 2
+
+
+# --- duplicate keys ----------------------------------------------------------------------
+
+def test_duplicate_section_is_refused_with_both_lines(tmp_path: Path) -> None:
+    path = write(tmp_path, """mqtt:
+  host: broker
+  password: hunter2
+model:
+  threads: 0
+mqtt:
+  keepalive: 30
+""")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={})
+    assert info.value.problems == [
+        "mqtt (line 1): duplicate key, written again on line 6; the second section would "
+        "replace the first whole; merge them into one",
+        "model.threads = 0 (line 5): Input should be greater than or equal to 1"]
+
+
+def test_duplicate_key_in_a_section_and_duplicate_camera(tmp_path: Path) -> None:
+    path = write(tmp_path, """mqtt:
+  port: 1883
+  host: broker
+  port: 1884
+cameras:
+  front: {}
+  back: {}
+  front:
+    frigate: true
+  front:
+    max_tokens: 0
+media:
+  formats: [JPEG]
+""")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={})
+    assert info.value.problems == [
+        "mqtt.port (line 2): duplicate key, written again on line 4; only the last value would "
+        "count; keep one",
+        "cameras.front (line 6): duplicate key, written again on lines 8 and 10; the last "
+        "section would replace the others whole; merge them into one",
+        "cameras.front.max_tokens = 0 (line 11): Input should be greater than or equal to 1"]
+
+
+def test_keys_the_loader_would_merge_are_duplicates_and_merge_keys_are_not(
+        tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:  # yes and true are both the key True
+        load_config(write(tmp_path, "zeroconf:\n  enabled: true\n  yes: 1\n  true: 2\n"),
+                    env={})
+    assert info.value.problems[0].startswith("zeroconf.yes (line 3): duplicate key, written "
+                                             "again on line 4;")
+    path = write(tmp_path, """cameras:
+  a: &cam {max_tokens: 8, prompt: "Look."}
+  b:
+    <<: *cam
+    max_tokens: 9
+""")
+    config = load_config(path, env={})
+    assert (config.cameras["b"].max_tokens, config.cameras["b"].prompt) == (9, "Look.")
+
+
+def test_check_config_names_both_lines_of_a_duplicate(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, "mqtt:\n  host: broker\n  password: x\nmqtt:\n  port: 1884\n")
+    assert main(["check-config", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert ("mqtt (line 1): duplicate key, written again on line 4; the second section would "
+            "replace the first whole") in captured.err
