@@ -360,7 +360,8 @@ def serve_main(config: Config) -> int:
     try:
         service = Service(config)
     except Exception as exc:
-        log.error("cannot start: %s", exc, exc_info=log.isEnabledFor(logging.DEBUG))
+        cause = str(exc).strip() or f"{type(exc).__name__} (no message)"  # never "cannot start: "
+        log.error("cannot start: %s", cause, exc_info=log.isEnabledFor(logging.DEBUG))
         return 1
     stop = service.shutdown_requested
 

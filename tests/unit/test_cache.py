@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import re
+import resource
+import signal
 import struct
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -341,3 +347,277 @@ def test_a_failed_write_keeps_the_entry_in_memory(tmp_path: Path,
         cache.put(key(0), feats(0))
     assert any("cannot write" in m for m in caplog.messages)
     assert same(cache.get(key(0)), feats(0))
+
+
+# --------------------------------------------------------------------------- hostile directory
+# Issue 20, finding 9: nothing in cache.dir may stop the daemon from starting. Every entry that
+# is not a sound file of this cache is skipped with one warning naming it; the good ones load.
+
+HUGE = 50 * 2**30  # a sparse file (os.truncate): stands in for any file larger than memory
+
+
+class _BlockedError(BaseException):
+    """The load blocked (an open of a FIFO waits for a writer forever); a BaseException, so
+    no ``except Exception`` of the code under test can swallow it."""
+
+
+@contextlib.contextmanager
+def _bounded(seconds: int = 20, extra_bytes: int = 2 * 2**30) -> Iterator[None]:
+    """Fail instead of hanging (SIGALRM) or of allocating gigabytes (a soft RLIMIT_AS of the
+    process's address space now plus ``extra_bytes``: a MemoryError instead)."""
+
+    def alarm(signum: int, frame: object) -> None:
+        raise _BlockedError(f"the load blocked for {seconds} s")
+
+    status = Path("/proc/self/status").read_text()
+    match = re.search(r"^VmSize:\s+(\d+) kB", status, re.MULTILINE)
+    assert match is not None
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = int(match.group(1)) * 1024 + extra_bytes
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    previous = signal.signal(signal.SIGALRM, alarm)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def _split(data: bytes) -> tuple[dict[str, Any], bytes]:
+    head_len = struct.unpack_from("<I", data, 10)[0]
+    return json.loads(data[14:14 + head_len]), data[14 + head_len:]
+
+
+def _join(header: dict[str, Any] | bytes, payload: bytes) -> bytes:
+    head = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return b"EVLMCACH" + struct.pack("<HI", 1, len(head)) + head + payload
+
+
+def _edit_header(path: Path, **changes: Any) -> None:
+    header, payload = _split(path.read_bytes())
+    path.write_bytes(_join({**header, **changes}, payload))
+
+
+def _sparse_50gb(path: Path) -> None:  # a valid header, then 50 GB (the issue's file)
+    os.truncate(path, HUGE)
+
+
+def _symlink_to_etc_passwd(path: Path) -> None:
+    path.unlink()
+    path.symlink_to("/etc/passwd")
+
+
+def _symlink_to_a_valid_entry(path: Path) -> None:  # even sound content is not followed to
+    elsewhere = path.parent.parent / "elsewhere"
+    elsewhere.mkdir(exist_ok=True)
+    path.rename(elsewhere / path.name)
+    path.symlink_to(elsewhere / path.name)
+
+
+def _fifo(path: Path) -> None:  # an open() of it without O_NONBLOCK waits for a writer
+    path.unlink()
+    os.mkfifo(path)
+
+
+def _directory(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+    (path / "inside").write_bytes(b"x")
+
+
+def _payload_size_claim(path: Path) -> None:  # a small file whose header claims 1 TiB
+    _edit_header(path, payload_bytes=2**40)
+
+
+def _header_size_claim(path: Path) -> None:  # a header length of 4 GiB - 1 in a small file
+    data = bytearray(path.read_bytes())
+    struct.pack_into("<I", data, 10, 2**32 - 1)
+    path.write_bytes(bytes(data))
+
+
+def _shape_claim(path: Path) -> None:  # sizes right, checksum right, shapes of 2**80 floats
+    _edit_header(path, embeddings=[2**40, 2**40])
+
+
+def _infinite_shape(path: Path) -> None:  # Python's json reads Infinity; int() cannot
+    head = _split(path.read_bytes())[0]
+    text = json.dumps({**head, "embeddings": [0, 0]}).replace("[0, 0]", "[Infinity, 16]")
+    path.write_bytes(_join(text.encode(), _split(path.read_bytes())[1]))
+
+
+def _nested_json(path: Path) -> None:  # 60,000 nested arrays: json.loads raises RecursionError
+    path.write_bytes(_join(b"[" * 60_000, b""))
+
+
+HOSTILE: dict[str, tuple[Callable[[Path], None], str]] = {
+    "sparse-50-GB": (_sparse_50gb, f"{HUGE} bytes, larger than any entry can be"),
+    "symlink-to-etc-passwd": (_symlink_to_etc_passwd, "a symlink, not a regular file"),
+    "symlink-to-a-valid-entry": (_symlink_to_a_valid_entry, "a symlink, not a regular file"),
+    "fifo": (_fifo, "a FIFO, not a regular file"),
+    "directory": (_directory, "a directory, not a regular file"),
+    "payload-size-claim": (_payload_size_claim, "truncated or padded"),
+    "header-size-claim": (_header_size_claim, "corrupt header"),
+    "shape-claim": (_shape_claim, "overrun"),
+    "infinite-shape": (_infinite_shape, "corrupt header"),
+    "nested-json": (_nested_json, "corrupt header (RecursionError"),
+}
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.levelno == logging.WARNING and r.name == "edgevlm.cache"]
+
+
+@pytest.mark.parametrize("case", HOSTILE)
+def test_a_hostile_entry_is_skipped_with_a_warning_and_the_good_ones_load(
+        case: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    directory = tmp_path / "cache"
+    writer = VisionCache(max_bytes=10 * ENTRY, directory=directory, model_fingerprint=FP)
+    for i in range(3):
+        writer.put(key(i), feats(i))
+    hostile = directory / (key(1) + FILE_SUFFIX)
+    make, reason = HOSTILE[case]
+    make(hostile)
+    with caplog.at_level(logging.WARNING, logger="edgevlm.cache"), _bounded():
+        cache = VisionCache(max_bytes=10 * ENTRY, directory=directory, model_fingerprint=FP)
+    warnings = _warnings(caplog)
+    assert len(warnings) == 1 and str(hostile) in warnings[0] and reason in warnings[0], warnings
+    assert cache.stats().entries == 2 and key(1) not in cache
+    assert same(cache.get(key(0)), feats(0)) and same(cache.get(key(2)), feats(2))
+    assert os.path.lexists(hostile)  # skipped, not deleted: it may not be ours
+    assert Path("/etc/passwd").stat().st_size > 0
+
+
+def test_every_hostile_entry_at_once_is_skipped_and_rss_does_not_grow(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    directory = tmp_path / "cache"
+    writer = VisionCache(max_bytes=100 * ENTRY, directory=directory, model_fingerprint=FP)
+    for i in range(len(HOSTILE) + 2):
+        writer.put(key(i), feats(i))
+    for i, (make, _) in enumerate(HOSTILE.values(), start=2):
+        make(directory / (key(i) + FILE_SUFFIX))
+    VisionCache(max_bytes=100 * ENTRY, directory=directory, model_fingerprint=FP)  # warm up
+    caplog.clear()
+    before = _rss()
+    with caplog.at_level(logging.WARNING, logger="edgevlm.cache"), _bounded():
+        cache = VisionCache(max_bytes=100 * ENTRY, directory=directory, model_fingerprint=FP)
+    assert _rss() - before < 16 * 2**20
+    warnings = _warnings(caplog)
+    assert len(warnings) == len(HOSTILE), warnings
+    for i, (_, reason) in enumerate(HOSTILE.values(), start=2):
+        name = str(directory / (key(i) + FILE_SUFFIX))
+        assert [w for w in warnings if name in w and reason in w], (name, reason, warnings)
+    assert cache.stats().entries == 2
+    assert same(cache.get(key(0)), feats(0)) and same(cache.get(key(1)), feats(1))
+
+
+def _rss() -> int:
+    status = Path("/proc/self/status").read_text()
+    match = re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE)
+    assert match is not None
+    return int(match.group(1)) * 1024
+
+
+def test_an_entry_larger_than_max_bytes_plus_a_header_is_not_opened(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    big = feats(0, n_grid=(1, 8, 8), d=512)  # 128 KiB: more than a header can be
+    VisionCache(directory=tmp_path, model_fingerprint=FP).put(key(0), big)
+    path = tmp_path / (key(0) + FILE_SUFFIX)
+    opened: list[str] = []
+    real_open = os.open
+
+    def spy(file: Any, *args: Any, **kwargs: Any) -> int:
+        opened.append(os.fspath(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", spy)
+    with caplog.at_level(logging.WARNING, logger="edgevlm.cache"):
+        cache = VisionCache(max_bytes=0, directory=tmp_path, model_fingerprint=FP)
+    assert str(path) not in opened and cache.stats().entries == 0
+    assert any(str(path) in w and "larger than any entry" in w for w in _warnings(caplog))
+
+
+def test_an_unexpected_error_of_one_entry_is_a_warning_naming_its_type(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    import edgevlm.cache as cache_module
+
+    writer = VisionCache(directory=tmp_path, model_fingerprint=FP)
+    writer.put(key(0), feats(0))
+    writer.put(key(1), feats(1))
+    real = cache_module._read_entry
+
+    def flaky(f: Any, header: dict[str, Any]) -> Any:
+        if header["key"] == key(1):
+            raise MemoryError
+        return real(f, header)
+
+    monkeypatch.setattr(cache_module, "_read_entry", flaky)
+    with caplog.at_level(logging.WARNING, logger="edgevlm.cache"):
+        cache = VisionCache(directory=tmp_path, model_fingerprint=FP)
+    assert key(0) in cache and key(1) not in cache
+    assert _warnings(caplog) == [
+        f"vision-cache: skipping {tmp_path / (key(1) + FILE_SUFFIX)}: MemoryError (no message)"]
+
+
+def test_reloaded_arrays_are_read_only(tmp_path: Path) -> None:
+    VisionCache(directory=tmp_path, model_fingerprint=FP).put(key(0), feats(0, k=1))
+    got = VisionCache(directory=tmp_path, model_fingerprint=FP).get(key(0))
+    assert got is not None and got.deepstack is not None and same(got, feats(0, k=1))
+    with pytest.raises(ValueError, match="read-only"):
+        got.embeddings[0, 0] = 0.0
+
+
+def test_a_write_never_follows_a_symlink_planted_at_the_temporary_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import edgevlm.cache as cache_module
+
+    directory, victim = tmp_path / "cache", tmp_path / "victim"
+    victim.write_bytes(b"not yours")
+    cache = VisionCache(directory=directory, model_fingerprint=FP)
+    names = iter([".planted.tmp", ".fresh.tmp"])
+    monkeypatch.setattr(cache_module, "_temporary_name", lambda key: next(names))
+    (directory / ".planted.tmp").symlink_to(victim)
+    cache.put(key(0), feats(0))
+    assert victim.read_bytes() == b"not yours"
+    assert (directory / ".planted.tmp").is_symlink()
+    assert same(VisionCache(directory=directory, model_fingerprint=FP).get(key(0)), feats(0))
+
+
+def test_a_write_replaces_a_symlink_planted_at_the_entry_name(tmp_path: Path) -> None:
+    directory, victim = tmp_path / "cache", tmp_path / "victim"
+    victim.write_bytes(b"not yours")
+    cache = VisionCache(directory=directory, model_fingerprint=FP)
+    entry = directory / (key(0) + FILE_SUFFIX)
+    entry.symlink_to(victim)
+    cache.put(key(0), feats(0))
+    assert victim.read_bytes() == b"not yours" and not entry.is_symlink()
+    assert same(VisionCache(directory=directory, model_fingerprint=FP).get(key(0)), feats(0))
+
+
+def test_a_hit_does_not_touch_the_target_of_a_symlink(tmp_path: Path) -> None:
+    directory, victim = tmp_path / "cache", tmp_path / "victim"
+    victim.write_bytes(b"not yours")
+    os.utime(victim, ns=(10**9, 10**9))
+    cache = VisionCache(directory=directory, model_fingerprint=FP)
+    cache.put(key(0), feats(0))
+    entry = directory / (key(0) + FILE_SUFFIX)
+    entry.unlink()
+    entry.symlink_to(victim)
+    assert cache.get(key(0)) is not None
+    assert victim.stat().st_mtime_ns == 10**9
+
+
+def test_a_symlinked_cache_directory_is_used(tmp_path: Path) -> None:
+    """The directory itself may be a symlink (the operator chose it); its entries may not."""
+    real, link = tmp_path / "real", tmp_path / "link"
+    real.mkdir()
+    link.symlink_to(real, target_is_directory=True)
+    VisionCache(directory=link, model_fingerprint=FP).put(key(0), feats(0))
+    assert (real / (key(0) + FILE_SUFFIX)).is_file()
+    assert same(VisionCache(directory=link, model_fingerprint=FP).get(key(0)), feats(0))
