@@ -30,7 +30,7 @@ from .protocol import (
     VisionTokensPart,
     media_base64_span,
 )
-from .tokenizer import TextTokenizer, render_chat
+from .tokenizer import TextTokenizer, count_chat
 from .vision.decode import ImageHeader, MediaPolicy, probe_image
 from .vision.sizing import Family, image_tokens, pixel_bounds, video_tokens
 from .vision_tokens import check_vision_tokens, checked_grid
@@ -185,7 +185,7 @@ def preflight(request: Request, ctx: PreflightContext) -> Budget:
             if isinstance(part, ImagePart | ImageUrlPart | VisionTokensPart | ImageRefPart
                           | VideoFramesPart):
                 items.append(_media_item(f"messages.{i}.content.{j}", part, request, ctx))
-    rendered = ctx.tokenizer.count(render_chat(request.messages))
+    rendered = count_chat(request.messages, ctx.tokenizer)  # the ids the engine assembles
     # the rendering holds 3 tokens per item (start, pad, end); items count their own markers
     text_tokens = rendered - 3 * len(items)
     vision = sum(item.tokens for item in items)

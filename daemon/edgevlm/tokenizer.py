@@ -8,6 +8,14 @@ The tokenizer is a Hugging Face ``tokenizers`` tokenizer loaded from a ``tokeniz
 system prompt, each image as ``<|vision_start|><|image_pad|><|vision_end|>`` and each video as
 ``<|vision_start|><|video_pad|><|vision_end|>`` (one placeholder each, expanded later), the
 generation prompt ``<|im_start|>assistant\\n`` at the end.
+
+Only the template's own markers are control tokens. :func:`render_segments` gives them as
+:class:`Control` pieces (the prompt holds their ids); every other piece, the message text
+included, is tokenized with :meth:`HFTokenizer.encode_text`, which reads a special token's
+string (``<|im_start|>``, ``<|image_pad|>``…) as plain text: a client cannot forge a turn or a
+vision placeholder. This is transformers' ``split_special_tokens=True``; non-special added
+tokens (``<think>``, ``<tool_call>``) stay single tokens there as here. Text without special
+strings gets the ids it always had (the tokenizer splits at special tokens first too).
 """
 
 from __future__ import annotations
@@ -15,7 +23,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from tokenizers import Tokenizer
@@ -63,13 +73,18 @@ class TextTokenizer(Protocol):
 
     def count(self, text: str) -> int: ...
 
+    def count_text(self, text: str) -> int: ...
+
 
 class HFTokenizer:
-    """A ``tokenizers`` tokenizer (special tokens in the text are parsed as special)."""
+    """A ``tokenizers`` tokenizer: :meth:`encode` parses special tokens in the text (template
+    text), :meth:`encode_text` does not (message text)."""
 
     def __init__(self, tokenizer: Tokenizer, name: str = "tokenizer.json") -> None:
         self._tok = tokenizer
         self.name = name
+        # encode_special_tokens is a flag of the shared tokenizer: set only under the lock
+        self._lock = threading.Lock()
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> HFTokenizer:
@@ -89,7 +104,20 @@ class HFTokenizer:
                              f"{exc}") from exc
 
     def encode(self, text: str) -> list[int]:
-        ids: list[int] = self._tok.encode(text, add_special_tokens=False).ids
+        """Ids of ``text``; a special token's string in it becomes that token."""
+        with self._lock:
+            ids: list[int] = self._tok.encode(text, add_special_tokens=False).ids
+        return ids
+
+    def encode_text(self, text: str) -> list[int]:
+        """Ids of untrusted ``text``: a special token's string is tokenized as ordinary bytes
+        (decoding gives the same characters back), never as the special token."""
+        with self._lock:
+            self._tok.encode_special_tokens = True
+            try:
+                ids: list[int] = self._tok.encode(text, add_special_tokens=False).ids
+            finally:
+                self._tok.encode_special_tokens = False
         return ids
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
@@ -98,6 +126,16 @@ class HFTokenizer:
 
     def count(self, text: str) -> int:
         return len(self.encode(text))
+
+    def count_text(self, text: str) -> int:
+        return len(self.encode_text(text))
+
+    def control_id(self, token: str) -> int:
+        """The id of a control token the template writes; ``ValueError`` if there is none."""
+        value = self.token_id(token)
+        if value is None:
+            raise ValueError(f"{self.name}: the tokenizer has no {token} token")
+        return value
 
     def token_id(self, token: str) -> int | None:
         value: int | None = self._tok.token_to_id(token)
@@ -117,41 +155,83 @@ class ByteCountTokenizer:
         plain = _SPECIAL_SPLIT.sub("", text)
         return specials + len(plain.encode("utf-8"))
 
+    def count_text(self, text: str) -> int:
+        return len(text.encode("utf-8"))
+
+
+@dataclass(frozen=True)
+class Control:
+    """A control token the chat template writes (``<|im_start|>``, ``<|im_end|>``): the prompt
+    holds its id; it is never parsed out of text."""
+
+    token: str
+
 
 MediaSlot = int  # index of a media item (image or video) in prompt order
 
 
 def render_segments(messages: Sequence[Message], add_generation_prompt: bool = True
-                    ) -> list[str | MediaSlot]:
-    """The chat template as text pieces and media slots (each slot stands for the whole
+                    ) -> list[str | Control | MediaSlot]:
+    """The chat template as pieces: the template's control tokens, text (role lines, newlines
+    and message text; one piece between two non-text pieces, to encode with
+    :meth:`HFTokenizer.encode_text`) and media slots (each stands for the whole
     ``<|vision_start|>…<|vision_end|>`` placeholder of one image or video, in order)."""
-    out: list[str | MediaSlot] = []
+    out: list[str | Control | MediaSlot] = []
     text = ""
+
+    def cut(piece: Control | MediaSlot) -> None:
+        nonlocal text
+        if text:
+            out.append(text)
+            text = ""
+        out.append(piece)
+
     media = 0
     for m in messages:
-        text += f"{IM_START}{m.role}\n"
+        cut(Control(IM_START))
+        text += f"{m.role}\n"
         for part in m.parts():
             if isinstance(part, TextPart):
                 text += part.text
             elif isinstance(part, ImagePart | ImageUrlPart | ImageRefPart | VisionTokensPart
                             | VideoFramesPart):
-                out.append(text)
-                out.append(media)
-                text = ""
+                cut(media)
                 media += 1
             # audio parts are refused at admission
-        text += f"{IM_END}\n"
+        cut(Control(IM_END))
+        text += "\n"
     if add_generation_prompt:
-        text += f"{IM_START}assistant\n"
-    out.append(text)
-    return [piece for piece in out if piece != ""]
+        cut(Control(IM_START))
+        text += "assistant\n"
+    if text:
+        out.append(text)
+    return out
 
 
 def render_chat(messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
-    """The prompt text of the Qwen3-VL chat template, one placeholder per image or video."""
+    """The prompt text of the Qwen3-VL chat template, one placeholder per image or video (to
+    show or compare: tokenizing it would read special strings of the message text as special
+    tokens; the engine tokenizes :func:`render_segments`)."""
     kinds = [VIDEO_PLACEHOLDER if isinstance(p, VideoFramesPart) else IMAGE_PLACEHOLDER
              for m in messages for p in m.parts()
              if isinstance(p, ImagePart | ImageUrlPart | ImageRefPart | VisionTokensPart
                            | VideoFramesPart)]
-    return "".join(piece if isinstance(piece, str) else kinds[piece]
+    return "".join(piece.token if isinstance(piece, Control)
+                   else piece if isinstance(piece, str) else kinds[piece]
                    for piece in render_segments(messages, add_generation_prompt))
+
+
+def count_chat(messages: Sequence[Message], tokenizer: TextTokenizer,
+               add_generation_prompt: bool = True) -> int:
+    """Tokens of the prompt the engine assembles from :func:`render_segments`: one per control
+    token, the text pieces as :meth:`HFTokenizer.encode_text` reads them, and 3 per media slot
+    (start, pad, end, as in :func:`render_chat`; the caller counts the item's real tokens)."""
+    total = 0
+    for piece in render_segments(messages, add_generation_prompt):
+        if isinstance(piece, Control):
+            total += 1
+        elif isinstance(piece, str):
+            total += tokenizer.count_text(piece)
+        else:
+            total += 3
+    return total

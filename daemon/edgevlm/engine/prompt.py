@@ -7,6 +7,10 @@ uses the transformers ≥ 5.10 layout: ``<|vision_start|>`` then, per temporal g
 Positions: text tokens advance all three axes together; the pads of one group (one image, or
 one temporal group of a video) with merged grid gh × gw take ``(p, p + row, p + col)`` and
 advance p by ``max(gh, gw)``. ``rope_delta = max(position) + 1 − length`` shifts decoding.
+
+Every marker (``<|im_start|>``, ``<|im_end|>``, the vision markers and pads) is put here by id;
+text, the message text included, is encoded with special strings as plain text, so a message
+cannot forge a turn or a pad.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import numpy.typing as npt
 
 from ..features import VisionFeatures
 from ..protocol import Message
-from ..tokenizer import HFTokenizer, render_segments
+from ..tokenizer import Control, HFTokenizer, render_segments
 from .model import SpecialTokens
 
 IntArray = npt.NDArray[np.int32]
@@ -67,14 +71,17 @@ def _media_tokens(media: PromptMedia, special: SpecialTokens, tok: HFTokenizer
 def assemble_prompt(messages: Sequence[Message], media: Sequence[PromptMedia],
                     tok: HFTokenizer, special: SpecialTokens, n_deepstack: int
                     ) -> PromptInputs:
+    pieces = render_segments(messages)
+    if len(media) != sum(1 for p in pieces if isinstance(p, int)):
+        raise ValueError("the number of media features does not match the prompt's media parts")
     runs: list[tuple[list[int], tuple[int, int] | None]] = []
-    for piece in render_segments(messages):
-        if isinstance(piece, str):
-            runs.append((tok.encode(piece), None))
+    for piece in pieces:
+        if isinstance(piece, Control):
+            runs.append(([tok.control_id(piece.token)], None))
+        elif isinstance(piece, str):
+            runs.append((tok.encode_text(piece), None))
         else:
             runs.extend(_media_tokens(media[piece], special, tok))
-    if len(media) != sum(1 for p in render_segments(messages) if not isinstance(p, str)):
-        raise ValueError("the number of media features does not match the prompt's media parts")
 
     tokens: list[int] = []
     pos_t: list[npt.NDArray[np.int64]] = []
