@@ -4,8 +4,17 @@ The service has no socket of its own: its SRV record carries the MQTT broker's p
 TXT record says where to talk to it: ``id`` (node id), ``ver`` (daemon version), ``api``
 (protocol version), ``base`` (base topic), ``model`` and ``mqtt`` (``host:port`` of the
 broker; a loopback broker is shown as this board's primary address). Every non-loopback
-address is announced, the primary one (the one with the default route) first; a name
-already taken on the network gets a number appended (``allow_name_change``).
+address is announced, the primary one (the one with the default route) first.
+
+A name already taken on the network gets a number appended (``edgevlm garage (2)``, RFC 6762
+section 9). zeroconf's own probing (``allow_name_change``) is not enough for that: its probes
+are "QU" questions, which a responder that announced recently answers by unicast only, to the
+prober's address and port 5353. On one host several responders hold port 5353 (SO_REUSEPORT)
+and the kernel hands a unicast datagram to just one of those sockets, often the defender's
+own, so a second daemon on the same machine never hears the defence (zeroconf 0.131 and
+0.154 alike). So before registering, :class:`Announcer` browses the service type with
+multicast ("QM") questions, whose answers reach every socket, and picks the first free name
+itself; ``allow_name_change`` stays on for conflicts that appear while zeroconf probes.
 
 Nothing here may stop the daemon: :class:`Announcer` logs failures and carries on, and
 :func:`browse_mqtt_broker` returns None when nothing answers.
@@ -18,9 +27,17 @@ import logging
 import re
 import socket
 import threading
+import time
 
 import ifaddr
-from zeroconf import IPVersion, ServiceBrowser, ServiceInfo, ServiceStateChange, Zeroconf
+from zeroconf import (
+    DNSQuestionType,
+    IPVersion,
+    ServiceBrowser,
+    ServiceInfo,
+    ServiceStateChange,
+    Zeroconf,
+)
 
 from .protocol import PROTOCOL_VERSION
 
@@ -32,6 +49,11 @@ LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1"}
 # mDNS over IPv4 multicast; the records still carry the IPv6 addresses (IPv6 multicast on
 # hosts without an IPv6 route only fills the log with "Network is unreachable").
 IP_VERSION = IPVersion.V4Only
+# How long to listen for instances already on the network before choosing a name. A responder
+# that multicast its records within the last second delays its answer by a second (RFC 6762
+# section 14; python-zeroconf: 1 s + 20-120 ms + up to 200 ms aggregation).
+NAME_PROBE_S = 2.0
+INSTANCE_LABEL_MAX = 63  # bytes (RFC 6763 section 4.1.1)
 
 
 def primary_address() -> str | None:
@@ -66,9 +88,46 @@ def local_addresses() -> list[str]:
     return found
 
 
+def _fit(label: str, suffix: str = "") -> str:
+    """``label + suffix`` cut (in ``label``, on a character boundary) to at most 63 bytes."""
+    room = INSTANCE_LABEL_MAX - len(suffix.encode())
+    return label.encode()[:room].decode(errors="ignore") + suffix
+
+
 def instance_name(node_id: str) -> str:
     """A DNS-SD instance label (at most 63 bytes): ``edgevlm garage``."""
-    return f"edgevlm {node_id}"[:63]
+    return _fit(f"edgevlm {node_id}")
+
+
+def free_instance_name(node_id: str, taken: set[str]) -> str:
+    """The first of ``edgevlm garage``, ``edgevlm garage (2)``, ... whose service name is not
+    in ``taken`` (full service names, compared case-insensitively as DNS does)."""
+    taken = {name.lower() for name in taken}
+    base = instance_name(node_id)
+    label, number = base, 1
+    while f"{label}.{SERVICE_TYPE}".lower() in taken:
+        number += 1
+        label = _fit(base, f" ({number})")
+    return label
+
+
+def names_on_network(zc: Zeroconf, service_type: str, wait_s: float) -> set[str]:
+    """Instance names of ``service_type`` that answer multicast ("QM") queries within
+    ``wait_s``; multicast answers also reach a prober on the responder's own host."""
+    found: set[str] = set()
+
+    def on_change(zeroconf: Zeroconf, service_type: str, name: str,
+                  state_change: ServiceStateChange) -> None:
+        if state_change is not ServiceStateChange.Removed:
+            found.add(name)
+
+    browser = ServiceBrowser(zc, service_type, handlers=[on_change],
+                             question_type=DNSQuestionType.QM)
+    try:
+        time.sleep(wait_s)
+    finally:
+        browser.cancel()
+    return set(found)
 
 
 def host_label() -> str:
@@ -125,6 +184,12 @@ class Announcer:
             zc = Zeroconf(ip_version=IP_VERSION)
             with self._lock:
                 self._zeroconf = zc
+            try:
+                taken = names_on_network(zc, SERVICE_TYPE, NAME_PROBE_S)
+            except Exception:
+                log.warning("zeroconf: could not look for names already taken", exc_info=True)
+                taken = set()
+            info.name = f"{free_instance_name(self._args[0], taken)}.{SERVICE_TYPE}"
             zc.register_service(info, allow_name_change=True)
             with self._lock:
                 self._info = info

@@ -24,6 +24,8 @@ from edgevlm.announce import (
     Announcer,
     browse,
     browse_mqtt_broker,
+    free_instance_name,
+    instance_name,
     local_addresses,
     service_info,
 )
@@ -61,6 +63,23 @@ def test_service_info_txt_addresses_and_loopback_broker() -> None:
     assert txt(remote)["mqtt"] == "broker.lan:8883"
 
 
+def test_free_instance_name_appends_the_first_free_number() -> None:
+    def full(label: str) -> str:
+        return f"{label}.{SERVICE_TYPE}"
+
+    assert free_instance_name("garage", set()) == "edgevlm garage"
+    assert free_instance_name("garage", {full("edgevlm porch")}) == "edgevlm garage"
+    assert free_instance_name("garage", {full("EDGEVLM Garage")}) == "edgevlm garage (2)"
+    taken = {full("edgevlm garage"), full("edgevlm garage (2)")}
+    assert free_instance_name("garage", taken) == "edgevlm garage (3)"
+    long_node = "n" * 80
+    assert len(instance_name(long_node).encode()) == 63
+    renamed = free_instance_name(long_node, {full(instance_name(long_node))})
+    assert renamed.endswith(" (2)") and len(renamed.encode()) == 63
+    wide = free_instance_name("é" * 40, {full(instance_name("é" * 40))})  # 2 bytes each
+    assert wide.endswith(" (2)") and len(wide.encode()) <= 63
+
+
 def test_local_addresses_exclude_loopback_and_put_the_primary_first() -> None:
     addresses = local_addresses()
     assert addresses, "this machine has no non-loopback address"
@@ -88,6 +107,7 @@ def test_announcement_is_browsed_back_and_removed_on_stop() -> None:
 
 
 def test_two_daemons_with_the_same_node_get_distinct_names() -> None:
+    """On one host, too: the second daemon must hear the first one's defence (RFC 6762 s. 9)."""
     node = unique_node()
     first = Announcer(node, "0.1.0", "edgevlm", "m", "localhost", 1883)
     second = Announcer(node, "0.1.0", "edgevlm", "m", "localhost", 1884)
@@ -97,7 +117,9 @@ def test_two_daemons_with_the_same_node_get_distinct_names() -> None:
     try:
         assert second.registered.wait(WAIT_S)
         assert first.info is not None and second.info is not None
-        assert first.info.name != second.info.name  # allow_name_change appended a number
+        assert first.info.name != second.info.name
+        assert first.info.name == f"edgevlm {node}.{SERVICE_TYPE}"
+        assert second.info.name == f"edgevlm {node} (2).{SERVICE_TYPE}"
     finally:
         second.stop()
         first.stop()
