@@ -12,6 +12,8 @@
   once the broker confirmed the subscriptions (SUBACK);
 - outgoing sizes checked against the broker's Maximum Packet Size (v5 CONNACK; 2,000,000 bytes
   when unknown on 3.1.1) — paho itself would send and be disconnected in a loop;
+- a PUBLISH whose properties paho cannot decode never costs the connection (:class:`PahoClient`):
+  what MQTT 5 allows (U+FEFF) is read and delivered, the rest acknowledged and dropped;
 - callbacks that never raise (an exception there silently kills paho's network thread), and a
   watchdog that exits the process if that thread dies anyway, for systemd to restart us;
 - a failed connection explained in one log line that names what to change
@@ -26,6 +28,7 @@ import logging
 import os
 import socket
 import ssl
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -33,7 +36,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import paho.mqtt.client as paho
-from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
+from paho.mqtt.exception import MalformedPacket
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
@@ -46,6 +50,9 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_PACKET = 2_000_000     # what we assume when the broker does not say (3.1.1)
 PROTOCOL_MAX_PACKET = 268_435_455  # MQTT's own limit (v5 broker without the property)
 WATCHDOG_EXIT_CODE = 70            # EX_SOFTWARE
+UNSPECIFIED_ERROR = 0x80           # the reason code of a PUBACK for a message we dropped
+UNREADABLE_LOG_LIMIT = 10          # unreadable messages logged one by one per minute
+
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -178,6 +185,97 @@ def wait_confirmed(info: paho.MQTTMessageInfo, timeout: float) -> bool:
         return bool(condition.wait_for(lambda: info._published, timeout))
 
 
+def _publish_head(header: int, data: bytes | bytearray) -> tuple[bytes, int, int, int] | None:
+    """(topic, QoS, packet id, offset of the properties) of a PUBLISH's body; None when the
+    body is too short for them or the QoS is 3."""
+    qos = (header & 0x06) >> 1
+    if qos == 3 or len(data) < 2:
+        return None
+    topic_end = 2 + int.from_bytes(data[:2], "big")
+    end = topic_end + (2 if qos else 0)
+    if len(data) < end:
+        return None
+    mid = int.from_bytes(data[topic_end:end], "big") if qos else 0
+    return bytes(data[2:topic_end]), qos, mid, end
+
+
+class PahoClient(paho.Client):
+    """paho's client, except that a PUBLISH paho cannot decode does not end the connection.
+
+    paho raises ``MalformedPacket`` in its packet handler for a PUBLISH whose properties its
+    decoder refuses — also for U+FEFF in a string, which MQTT 5 §1.5.4 allows and Mosquitto
+    forwards — and closes the connection; the broker sends the unacknowledged message again
+    after the reconnect, and the client loops without ever reading it (issue 20). The packet
+    id comes before the properties, so here the message is still handled: its properties are
+    read again by the spec (:func:`fast_properties.decode_publish_properties`, whichever
+    ``Properties`` class paho uses) and, when that works, delivered as paho would; otherwise
+    acknowledged ("Unspecified error", 0x80, on v5) and dropped, and ``on_unreadable(topic,
+    qos, reason)`` told. Only a PUBLISH too short for its topic and packet id stays a protocol
+    error (the stream itself is broken; nothing can be acknowledged).
+
+    The daemon subscribes at QoS 1, so QoS 2 never arrives; it is handled like paho does.
+    """
+
+    on_unreadable: Callable[[str, int, str], None] | None = None
+
+    def _handle_publish(self) -> MQTTErrorCode:
+        try:
+            return super()._handle_publish()
+        except MalformedPacket as exc:  # raised by the decoder, before any callback ran
+            return self._handle_refused_publish(exc)
+
+    def _handle_refused_publish(self, exc: MalformedPacket) -> MQTTErrorCode:
+        header, data = self._in_packet["command"], self._in_packet["packet"]
+        head = _publish_head(header, data)
+        if head is None:
+            log.warning("the broker sent a PUBLISH too short for its topic and packet id "
+                        "(%s); reconnecting", exc)
+            return MQTTErrorCode.MQTT_ERR_PROTOCOL
+        topic, qos, mid, pos = head
+        reason = str(exc) or type(exc).__name__
+        if self._protocol == paho.MQTTv5:
+            try:
+                props, used = fast_properties.decode_publish_properties(memoryview(data)[pos:])
+            except MalformedPacket as err:
+                reason = str(err)
+            else:
+                return self._deliver(header, topic, mid, props, bytes(data[pos + used:]))
+        callback = self.on_unreadable
+        if callback is not None:
+            callback(topic.decode("utf-8", "replace")[:200], qos, reason)
+        return self._ack_unreadable(mid, qos)
+
+    def _deliver(self, header: int, topic: bytes, mid: int, props: Properties,
+                 payload: bytes) -> MQTTErrorCode:
+        """The end of paho's ``_handle_publish``, for a message decoded here."""
+        message = paho.MQTTMessage(mid=mid, topic=topic)
+        message.dup = bool(header & 0x08)
+        message.qos = (header & 0x06) >> 1
+        message.retain = bool(header & 0x01)
+        message.properties = props
+        message.payload = payload
+        message.timestamp = time.monotonic()
+        if message.qos == 2:
+            rc = self._send_pubrec(mid)
+            message.state = paho.mqtt_ms_wait_for_pubrel
+            with self._in_message_mutex:
+                self._in_messages[mid] = message
+            return rc
+        self._handle_on_message(message)
+        if message.qos == 1 and not self._manual_ack:
+            return self._send_puback(mid)
+        return MQTTErrorCode.MQTT_ERR_SUCCESS
+
+    def _ack_unreadable(self, mid: int, qos: int) -> MQTTErrorCode:
+        if qos == 0:
+            return MQTTErrorCode.MQTT_ERR_SUCCESS
+        kind = paho.PUBACK if qos == 1 else paho.PUBREC  # a v5 PUBREC >= 0x80 ends the flow
+        if self._protocol == paho.MQTTv5:
+            packet = struct.pack("!BBHB", kind, 3, mid, UNSPECIFIED_ERROR)
+            return self._packet_queue(kind, packet, mid, 1)
+        return self._send_command_with_mid(kind, mid, False)
+
+
 class MqttLink:
     """One persistent MQTT connection; thread-safe publish/ack; callbacks never raise."""
 
@@ -208,6 +306,8 @@ class MqttLink:
         self.diagnosis = ConnectDiagnosis(settings, on_failure)  # why connecting fails
         self.refused_subscriptions: list[tuple[str, str]] = []  # (filter, reason), last SUBACK
         self.on_publish_refused: Callable[[int, Any], None] | None = None  # (mid, reason)
+        self.unreadable = 0  # messages acked and dropped: their properties cannot be read
+        self._unreadable_window = (-60.0, 0)  # (start, logged in it)
         self._client = self._make_client()
 
     # ------------------------------------------------------------------ setup
@@ -216,8 +316,9 @@ class MqttLink:
         s = self.settings
         protocol = paho.MQTTv5 if s.protocol5 else paho.MQTTv311
         kwargs: dict[str, Any] = {} if s.protocol5 else {"clean_session": s.clean_start}
-        client = paho.Client(CallbackAPIVersion.VERSION2, client_id=s.client_id,
-                             protocol=protocol, manual_ack=True, **kwargs)
+        client = PahoClient(CallbackAPIVersion.VERSION2, client_id=s.client_id,
+                            protocol=protocol, manual_ack=True, **kwargs)
+        client.on_unreadable = self._on_unreadable
         if s.username is not None:
             client.username_pw_set(s.username, s.password)
         if s.use_tls:
@@ -425,6 +526,20 @@ class MqttLink:
         callback = self._on_published_cb
         if callback is not None:
             callback(mid)
+
+    @never_raises
+    def _on_unreadable(self, topic: str, qos: int, reason: str) -> None:
+        """A message whose properties cannot be read, acknowledged and dropped (network
+        thread): counted, logged (the first few per minute at WARNING)."""
+        self.unreadable += 1
+        now = time.monotonic()
+        start, logged = self._unreadable_window
+        if now - start >= 60.0:
+            start, logged = now, 0
+        self._unreadable_window = (start, logged + 1)
+        log.log(logging.WARNING if logged < UNREADABLE_LOG_LIMIT else logging.DEBUG,
+                "dropped a QoS %d message on %s: its MQTT properties cannot be read (%s); "
+                "acknowledged, so the broker does not send it again", qos, topic, reason)
 
     @never_raises
     def _on_message(self, client: paho.Client, userdata: Any, message: paho.MQTTMessage
