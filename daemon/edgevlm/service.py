@@ -36,7 +36,13 @@ from .memory import reuse_image_buffers
 from .metrics import Metrics
 from .models import demo_model_dir
 from .mqtt.bridge import Bridge, info_payload
-from .mqtt.client import Incoming, LinkSettings, MqttLink, wait_confirmed
+from .mqtt.client import (
+    Incoming,
+    LinkSettings,
+    MqttLink,
+    max_incoming_packet,
+    wait_confirmed,
+)
 from .mqtt.connect_errors import EX_CONFIG, ConnectFailure
 from .mqtt.dedupe import DedupeMemory
 from .mqtt.jobs import CameraJob, JobQueue
@@ -113,7 +119,9 @@ class Service:
         self.engine = engine if engine is not None else load_engine(config)
         self.metrics = Metrics()
         self.host = broker_host(config)
-        self.link = MqttLink(LinkSettings.from_config(mqtt, self.host, self.topics.state),
+        self.link = MqttLink(LinkSettings.from_config(
+            mqtt, self.host, self.topics.state,
+            max_packet_size=max_incoming_packet(config.limits.max_payload_bytes)),
                              on_message=self._on_message, on_ready=self._on_ready,
                              on_connection=self._on_connection, exit_process=exit_process,
                              on_failure=self._on_link_failure)

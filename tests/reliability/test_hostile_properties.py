@@ -1,4 +1,4 @@
-"""Hostile MQTT v5 properties never cost the daemon its connection.
+"""Hostile MQTT v5 properties and oversized packets never cost the daemon its connection.
 
 U+FEFF is valid UTF-8 that MQTT 5 §1.5.4 says a receiver must not strip, and Mosquitto
 forwards it (measured with 2.0.11, below); paho 2.2 raises ``MalformedPacket`` for it inside
@@ -12,15 +12,21 @@ the daemon acknowledges and drops them and keeps its connection.
 Every test runs with both property classes paho's decoder may build: edgevlm's
 ``FastProperties`` (installed) and paho's own ``Properties`` (``fast_properties.COMPATIBLE``
 false: a paho that FastProperties does not fit).
+
+A request bigger than the Maximum Packet Size in the daemon's CONNECT (issue 20, finding 7)
+is dropped by the broker before the daemon reads any of it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import struct
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from paho.mqtt import _packet
@@ -28,11 +34,11 @@ from paho.mqtt.exception import MalformedPacket
 from paho.mqtt.properties import Properties
 
 from edgevlm.mqtt import fast_properties
-from edgevlm.mqtt.client import Incoming, LinkSettings, MqttLink
+from edgevlm.mqtt.client import Incoming, LinkSettings, MqttLink, max_incoming_packet
 from tests.helpers import text, user_request
 from tests.mqtt.conftest import WAIT_S
 from tests.reliability import raw_mqtt5 as raw
-from tests.reliability.conftest import REQUEST_TOPIC
+from tests.reliability.conftest import BASE, REQUEST_TOPIC, rss_bytes
 
 REPLY = "edgevlm/clients/hostile/reply"
 BOM_REPLY = "edgevlm/clients/\ufeffhostile/reply"
@@ -260,3 +266,71 @@ def test_fast_properties_accept_u_feff_that_paho_refuses():
     props, used = fast_properties.FastProperties(3).unpack(block)
     assert used == len(block)
     assert props.ResponseTopic == "a\ufeffb" and props.UserProperty == [("\ufeff", "v")]
+
+
+# --------------------------------------------------------------------------- Maximum Packet Size
+
+def test_connect_announces_a_maximum_packet_size_that_fits_the_largest_request():
+    from edgevlm.config import validate_config
+
+    config = validate_config({"mqtt": {"host": "x"}, "limits": {"max_payload_bytes": 1000}},
+                             "test")
+    settings = LinkSettings.from_config(config.mqtt, "x", "edgevlm/n/bridge/state",
+                                        max_packet_size=max_incoming_packet(
+                                            config.limits.max_payload_bytes))
+    broker = raw.RawBroker()
+    link = MqttLink(replace(settings, host=broker.host, port=broker.port),
+                    on_message=lambda m: None, on_ready=lambda present: None)
+    try:
+        link.start()
+        conn, hello = broker.accept()
+        announced = struct.unpack("!I", raw.parse_connect_properties(hello)[
+            raw.MAXIMUM_PACKET_SIZE])[0]
+        conn.close()
+    finally:
+        link.stop()
+        broker.close()
+    assert announced == max_incoming_packet(config.limits.max_payload_bytes)
+    # a request of max_payload_bytes with a long topic, response topic, correlation data
+    # and content type still fits
+    assert announced >= 1000 + 5 + 2 + 300 + 2 + 1 + 3 * (1 + 2 + 65_535)
+
+
+def _vm(pid: int, key: str) -> int:
+    match = re.search(rf"^{key}:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text(),
+                      re.MULTILINE)
+    assert match, key
+    return int(match.group(1)) * 1024
+
+
+def test_a_50_mb_request_is_dropped_by_the_broker_before_the_daemon_buffers_it(
+        broker, soak_daemon, mqtt_client):
+    """limits.max_payload_bytes 16 MiB: Mosquitto does not send the daemon a 50 MB request
+    (MQTT 5 Maximum Packet Size in the daemon's CONNECT); the publisher gets its PUBACK and
+    stays connected, the daemon's memory does not move, the next request is answered."""
+    client = mqtt_client()
+    client.sub(REPLY, f"{BASE}/bridge/state")
+    daemon = soak_daemon()
+    client.inbox.wait(f"{BASE}/bridge/state", where=lambda m: m.payload == b"online",
+                      timeout=WAIT_S * 3)
+    sender = raw.RawClient.connect(broker.host, broker.port, "big-sender")
+    warm = reply_props(REPLY, "warm")
+    assert sender.publish(REQUEST_TOPIC, ask("warm"), warm, mid=1) is not None
+    client.inbox.wait(REPLY, where=lambda m: m.properties.CorrelationData == b"warm")
+    rss, hwm = rss_bytes(daemon.pid), _vm(daemon.pid, "VmHWM")
+    big = b'{"v": 1, "id": "huge", "pad": "' + b"x" * 50_000_000 + b'"}'
+    ack = sender.publish(REQUEST_TOPIC, big, reply_props(REPLY, "huge"), mid=2)
+    assert ack is not None and ack.reason == 0, "Mosquitto refused the publisher"
+    assert sender.publish(REQUEST_TOPIC, ask("after"), reply_props(REPLY, "after"),
+                          mid=3) is not None, "the publisher was disconnected"
+    client.inbox.wait(REPLY, where=lambda m: m.properties.CorrelationData == b"after")
+    time.sleep(1.0)
+    grown_rss, grown_hwm = rss_bytes(daemon.pid) - rss, _vm(daemon.pid, "VmHWM") - hwm
+    print(f"50 MB request: daemon RSS {grown_rss / 1e6:+.1f} MB, peak {grown_hwm / 1e6:+.1f} MB")
+    assert grown_hwm < 8e6 and grown_rss < 8e6, (grown_rss, grown_hwm)
+    assert not [m for m in client.inbox.on(REPLY)
+                if m.properties.CorrelationData == b"huge"], "the daemon received it"
+    sender.disconnect()
+    assert "Dropping too large outgoing PUBLISH for edgevlm-soak" in broker.log()
+    log = Path(daemon.log).read_text()
+    assert log.count("connected to the broker") == 1, log

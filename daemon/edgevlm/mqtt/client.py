@@ -11,7 +11,9 @@
 - reconnect with capped exponential back-off, resubscribe on every connect, and ``on_ready``
   once the broker confirmed the subscriptions (SUBACK);
 - outgoing sizes checked against the broker's Maximum Packet Size (v5 CONNACK; 2,000,000 bytes
-  when unknown on 3.1.1) — paho itself would send and be disconnected in a loop;
+  when unknown on 3.1.1) — paho itself would send and be disconnected in a loop; and our own
+  Maximum Packet Size in CONNECT (v5: the largest request plus room for its topic and
+  properties), so the broker drops a bigger message instead of the daemon buffering it whole;
 - a PUBLISH whose properties paho cannot decode never costs the connection (:class:`PahoClient`):
   what MQTT 5 allows (U+FEFF) is read and delivered, the rest acknowledged and dropped;
 - callbacks that never raise (an exception there silently kills paho's network thread), and a
@@ -50,9 +52,19 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_PACKET = 2_000_000     # what we assume when the broker does not say (3.1.1)
 PROTOCOL_MAX_PACKET = 268_435_455  # MQTT's own limit (v5 broker without the property)
 WATCHDOG_EXIT_CODE = 70            # EX_SOFTWARE
+# Room for what comes with a request's payload: its topic, Response Topic, Correlation Data
+# and Content Type or User Properties (each at most 64 KiB), the packet id and fixed header.
+INCOMING_HEADROOM = 4 * 65_536
 UNSPECIFIED_ERROR = 0x80           # the reason code of a PUBACK for a message we dropped
 UNREADABLE_LOG_LIMIT = 10          # unreadable messages logged one by one per minute
 
+
+def max_incoming_packet(max_payload_bytes: int) -> int:
+    """The Maximum Packet Size the daemon announces in CONNECT (MQTT v5): the largest request
+    payload (``limits.max_payload_bytes``) plus :data:`INCOMING_HEADROOM`. A request just
+    over the payload limit still arrives and is answered ``payload_too_large``; a larger one
+    is dropped by the broker (MQTT 5 §3.1.2.11.4) instead of being buffered whole here."""
+    return min(int(max_payload_bytes) + INCOMING_HEADROOM, PROTOCOL_MAX_PACKET)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -134,9 +146,11 @@ class LinkSettings:
     session_expiry_s: int = 3600
     reconnect_min_s: float = 1.0
     reconnect_max_s: float = 60.0
+    max_packet_size: int | None = None  # v5 CONNECT Maximum Packet Size; None: not sent
 
     @classmethod
-    def from_config(cls, mqtt: MQTTConfig, host: str, will_topic: str) -> LinkSettings:
+    def from_config(cls, mqtt: MQTTConfig, host: str, will_topic: str,
+                    max_packet_size: int | None = None) -> LinkSettings:
         tls = mqtt.tls
         return cls(host=host, port=mqtt.port, client_id=mqtt.resolved_client_id(),
                    protocol5=str(mqtt.protocol) == "5", keepalive=mqtt.keepalive,
@@ -146,7 +160,8 @@ class LinkSettings:
                    tls_cert=tls.cert if tls else None, tls_key=tls.key if tls else None,
                    tls_insecure=bool(tls and tls.insecure), clean_start=mqtt.clean_start,
                    session_expiry_s=mqtt.session_expiry_s,
-                   reconnect_min_s=mqtt.reconnect_min_s, reconnect_max_s=mqtt.reconnect_max_s)
+                   reconnect_min_s=mqtt.reconnect_min_s, reconnect_max_s=mqtt.reconnect_max_s,
+                   max_packet_size=max_packet_size)
 
 
 # More than the properties edgevlm puts on a PUBLISH can take (a response topic and
@@ -380,6 +395,8 @@ class MqttLink:
         if s.protocol5:
             props = new_properties(PacketTypes.CONNECT)
             props.SessionExpiryInterval = 0 if s.clean_start else s.session_expiry_s
+            if s.max_packet_size is not None:
+                props.MaximumPacketSize = s.max_packet_size
             self._client.connect_async(s.host, s.port, s.keepalive, clean_start=s.clean_start,
                                        properties=props)
         else:
