@@ -70,6 +70,7 @@ class Metrics:
         self._clock = clock
         self._started = clock()
         self._lock = threading.Lock()
+        self._internal_in_a_row = 0  # requests ended ``internal`` since the last answer
         self._received = self._answered = self._errored = self._deduplicated = 0
         self._errors: Counter[str] = Counter()
         self._recent: deque[_Answer] = deque(maxlen=WINDOW)
@@ -97,8 +98,11 @@ class Metrics:
             if error_type is not None:
                 self._errored += 1
                 self._errors[error_type] += 1
+                if error_type == "internal":
+                    self._internal_in_a_row += 1
                 return
             self._answered += 1
+            self._internal_in_a_row = 0
             if metrics is not None:
                 decode_tokens = max(completion_tokens - 1, 0)
                 decode_s = (decode_tokens * metrics.tpot_ms if metrics.tpot_ms > 0
@@ -110,6 +114,12 @@ class Metrics:
         """A repeated request was answered again from memory (not counted as received)."""
         with self._lock:
             self._deduplicated += 1
+
+    def failures_in_a_row(self) -> int:
+        """Requests that ended with an ``internal`` error since the last answer (other errors
+        neither count nor reset it): a failing engine, for :mod:`edgevlm.liveness`."""
+        with self._lock:
+            return self._internal_in_a_row
 
     def set_queue_depth(self, n: int) -> None:
         with self._lock:

@@ -32,6 +32,7 @@ from .cache import VisionCache
 from .config import Config
 from .engine import Engine
 from .errors import WireError
+from .liveness import Liveness, LivenessPolicy
 from .memory import reuse_image_buffers
 from .metrics import Metrics
 from .models import demo_model_dir
@@ -111,7 +112,7 @@ class Service:
     """The daemon: one engine, one MQTT connection, start()/stop()."""
 
     def __init__(self, config: Config, engine: Engine | None = None, *,
-                 exit_process: Any = os._exit) -> None:
+                 exit_process: Any = os._exit, liveness: LivenessPolicy | None = None) -> None:
         self.config = config
         mqtt = config.mqtt
         self.node_id = mqtt.resolved_node_id()
@@ -140,6 +141,14 @@ class Service:
                              self.metrics, on_answer=self.bridge.publish_answer,
                              on_camera=self._on_camera, on_busy=self.bridge.publish_busy,
                              test_delay_s=float(os.environ.get(TEST_DELAY_ENV, "0")) / 1e3)
+        # Whether the daemon can serve (edgevlm.liveness): bridge/state, bridge/health and the
+        # systemd watchdog follow it; liveness.add_listener(callback) is the hook for more
+        # (callback(serving, problem) on the liveness thread at every change).
+        self.liveness = Liveness(liveness, job_started=lambda: self.worker.running_since,
+                                 failures_in_a_row=self.metrics.failures_in_a_row)
+        self.liveness.add_listener(self._on_serving_changed)
+        self.bridge.health_extra = self._health_extra
+        self._state_lock = threading.Lock()  # bridge/state: the last one published is current
         self.sources = CameraSources(config.cameras, mqtt.base_topic, self.node_id,
                                      self._submit_frame)
         self.ha_status = homeassistant_status(config.homeassistant.prefix)
@@ -175,6 +184,7 @@ class Service:
         self.replier.start()
         self.worker.start()
         self.bridge.start()
+        self.liveness.start()
         self.link.start()
         self._started = True
         self._start_announcer()
@@ -205,6 +215,7 @@ class Service:
                 return
             log.info("stopping (%s)", reason)
             self.requests.accepting = False
+            self.liveness.stop()
             if self._started:
                 self.worker.shutdown(grace_s)
                 self.replier.stop(drain_s=5.0)
@@ -230,12 +241,43 @@ class Service:
         self._stopped.wait()
 
     def healthy(self) -> bool:
-        """For the systemd watchdog: the worker and the network thread are alive."""
-        return self.worker.alive and self.link.network_thread_alive()
+        """For the systemd watchdog: the worker and the network thread are alive, and the
+        daemon can serve (:mod:`edgevlm.liveness`)."""
+        return (self.worker.alive and self.link.network_thread_alive()
+                and self.liveness.serving)
+
+    # ------------------------------------------------------------------ liveness
+
+    def _on_serving_changed(self, serving: bool, problem: str | None) -> None:
+        """Liveness thread: say it on bridge/state and bridge/health, and to systemd."""
+        sd_notify(f"STATUS=serving {self.engine.name} as {self.node_id}" if serving
+                  else f"STATUS=cannot serve: {problem}")
+        if not (self._probe_passed and self.link.ready):
+            return  # the next connect publishes the state
+        try:
+            self._publish_state()
+            self.bridge.publish_health()
+        except Exception:
+            log.exception("publishing the serving state failed")
+
+    def _publish_state(self) -> tuple[bool, Any]:
+        """``bridge/state``: ``online`` while serving, else ``offline`` (Home Assistant's
+        ``payload_not_available``). Returns (serving, the publish's MQTTMessageInfo)."""
+        with self._state_lock:  # the last state published is the current one
+            serving = self.liveness.serving
+            return serving, self.link.publish(self.topics.state,
+                                              b"online" if serving else b"offline",
+                                              qos=1, retain=True)
+
+    def _health_extra(self, health: dict[str, Any]) -> None:
+        health["serving"] = self.liveness.serving
+        health["problem"] = self.liveness.problem
+        health["mqtt"]["unreadable_dropped"] = self.link.unreadable
 
     # ------------------------------------------------------------------ MQTT callbacks
 
     def _on_connection(self, connected: bool) -> None:
+        self.liveness.connection(connected)
         self.metrics.set_connected(connected)
         if connected and self.link.connects > 1:
             self.metrics.reconnected()
@@ -278,7 +320,7 @@ class Service:
         self._announce_online()
 
     def _announce_online(self) -> None:
-        """Publish our state, then ``online``."""
+        """Publish our state, then ``online`` (``offline`` while the daemon cannot serve)."""
         steps: tuple[Callable[[], None], ...] = (
             self._publish_info, self._publish_discovery, self._publish_camera_states,
             lambda: self.bridge.publish_busy(self.metrics.busy), self.bridge.publish_health)
@@ -287,7 +329,11 @@ class Service:
                 step()
             except Exception:
                 log.exception("publishing state on connect failed")
-        info = self.link.publish(self.topics.state, b"online", qos=1, retain=True)
+        serving, info = self._publish_state()
+        if not serving:
+            log.warning("connected, but cannot serve (%s): bridge/state stays offline",
+                        self.liveness.problem)
+            return
         self.replier.after_confirmed([info], self._went_online)
         log.info("online as %s (requests on %s)", self.node_id,
                  self.topics.request("describe"))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -85,6 +86,8 @@ class Bridge:
         self.metrics = metrics
         self.engine = engine
         self.health_interval_s = health_interval_s
+        # more of bridge/health from outside the metrics (the service: serving, problem)
+        self.health_extra: Callable[[dict[str, Any]], None] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._health_loop, name="edgevlm-health",
                                         daemon=True)
@@ -105,7 +108,10 @@ class Bridge:
 
     def publish_health(self) -> None:
         cache = self.engine.cache.stats() if self.engine.cache is not None else None
-        self._json(self.topics.health, self.metrics.snapshot(cache), retain=True)
+        health = self.metrics.snapshot(cache)
+        if self.health_extra is not None:
+            self.health_extra(health)
+        self._json(self.topics.health, health, retain=True)
 
     def publish_busy(self, busy: bool) -> None:
         self.replier.publish(self.topics.busy, "ON" if busy else "OFF", retain=True)

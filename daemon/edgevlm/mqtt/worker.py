@@ -60,6 +60,8 @@ def answer_data(result: GenerationResult, model: str, queue_ms: float) -> Answer
 class Worker:
     """Runs jobs from ``queue`` on one thread with ``engine``."""
 
+    _running_since: float | None = None  # time.monotonic() the running job started
+
     def __init__(self, engine: Engine, context: PreflightContext, queue: JobQueue,
                  replier: Replier, dedupe: DedupeMemory, metrics: Metrics, *,
                  on_answer: Callable[[Answered], None] | None = None,
@@ -88,6 +90,12 @@ class Worker:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    @property
+    def running_since(self) -> float | None:
+        """When the running job started (``time.monotonic()``); None while idle. A stuck
+        worker is alive but never done (:mod:`edgevlm.liveness`)."""
+        return self._running_since
+
     def shutdown(self, grace_s: float = 10.0) -> None:
         """Refuse queued work (``busy``), let the running job finish for ``grace_s``, then
         cancel it (it is answered with ``finish_reason: cancelled``)."""
@@ -110,6 +118,7 @@ class Worker:
         while not self._stopping.is_set():
             try:
                 job = self.queue.get(timeout=0.25)
+                self._running_since = None if job is None else time.monotonic()
                 self.metrics.set_queue_depth(len(self.queue))
                 if job is None:
                     self._set_busy(False)
