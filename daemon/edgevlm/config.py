@@ -97,6 +97,8 @@ class LimitsConfig(_Section):
         default_factory=lambda: MMLimits.parse({"image": 4, "video": 1}))
     max_payload_bytes: ByteSize = 16 * 2**20
     max_part_bytes: ByteSize = 8 * 2**20
+    max_text_bytes: ByteSize = Field(default=64 * 2**10, description="UTF-8 bytes of text "
+                                     "in one request's messages, refused before tokenizing")
     max_video_frames: int = Field(default=32, ge=1, le=768)
     max_queue: int = Field(default=8, ge=1)
     default_deadline_ms: int | None = Field(default=120_000, ge=1)
@@ -106,7 +108,7 @@ class LimitsConfig(_Section):
 
     def request_limits(self) -> RequestLimits:
         return RequestLimits(self.limit_mm_per_prompt, self.max_payload_bytes,
-                             self.max_part_bytes, self.max_video_frames)
+                             self.max_part_bytes, self.max_video_frames, self.max_text_bytes)
 
 
 ImageFormat = Literal["JPEG", "PNG", "WEBP", "BMP", "GIF", "TIFF"]

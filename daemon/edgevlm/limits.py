@@ -15,6 +15,10 @@ Counting happens before any media is decoded or looked up: ``image``, ``image_ur
 ``image_ref`` and ``vision_tokens`` count as ``image``; one ``video_frames`` part is one
 ``video``; an audio part is refused as ``unsupported_modality``.
 
+The messages' text is limited by its length (``max_text_bytes``, UTF-8 bytes over all text
+parts) before anything tokenizes it: tokenizing runs at 0.4–2.4 MB/s and, in a request of
+megabytes, would hold the network thread for seconds (issue 20, finding 2).
+
 The token budget preflight lives in :mod:`edgevlm.preflight`.
 """
 
@@ -34,6 +38,7 @@ from .protocol import (
     ImageRefPart,
     ImageUrlPart,
     Request,
+    TextPart,
     VideoFramesPart,
     VisionTokensPart,
     media_base64,
@@ -142,6 +147,23 @@ class RequestLimits:
     max_payload_bytes: int = 16 * 2**20
     max_part_bytes: int = 8 * 2**20
     max_video_frames: int = 32
+    max_text_bytes: int = 64 * 2**10
+
+
+def utf8_length(text: str) -> int:
+    """UTF-8 bytes of ``text`` (ASCII: without encoding it)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
+
+
+def message_text_bytes(request: Request) -> int:
+    """UTF-8 bytes of the text parts of every message (what ``max_text_bytes`` limits)."""
+    total = 0
+    for message in request.messages:
+        if isinstance(message.content, str):  # not .parts(): no TextPart validated again
+            total += utf8_length(message.content)
+        else:
+            total += sum(utf8_length(p.text) for p in message.content if isinstance(p, TextPart))
+    return total
 
 
 def modality_of(part: object) -> str | None:
@@ -174,14 +196,19 @@ def _part_paths(request: Request) -> list[tuple[str, object]]:
 
 
 def check_request_limits(request: Request, payload_bytes: int, limits: RequestLimits) -> None:
-    """Admission checks: modality, item counts, frames, part and request sizes.
+    """Admission checks: modality, item counts, frames, part, text and request sizes.
 
-    Cheap: nothing is decoded, sizes come from base64 lengths.
+    Cheap: nothing is decoded or tokenized, sizes come from base64 and text lengths.
     """
     if payload_bytes > limits.max_payload_bytes:
         raise PayloadTooLarge(f"request is {payload_bytes} bytes, the limit is "
                               f"{limits.max_payload_bytes} (limits.max_payload_bytes); send "
                               "smaller images or fewer of them")
+    text_bytes = message_text_bytes(request)
+    if text_bytes > limits.max_text_bytes:
+        raise PayloadTooLarge(f"the messages' text is {text_bytes} bytes, the limit is "
+                              f"{limits.max_text_bytes} (limits.max_text_bytes); send less "
+                              "text")
     parts = _part_paths(request)
     for path, part in parts:
         if isinstance(part, AudioPart):

@@ -8,6 +8,14 @@ lengths: a malformed part is ``invalid_vision_tokens`` whatever the context); ``
 what its cache entry holds; text is counted by the model's tokenizer on the chat-template
 rendering. ``prompt_tokens + max_tokens > context`` is ``context_length_exceeded`` with every
 number in the message.
+
+Admission runs on the MQTT network thread, so the text is bounded by its length before it is
+tokenized (issue 20, finding 2; :mod:`edgevlm.tokenizer` has the bounds): ``limits.max_text_bytes``
+was checked already (:func:`~edgevlm.limits.check_request_limits`); a text whose *lower* bound
+(bytes / the longest token's bytes) cannot fit is refused here without tokenizing; a text of at
+most :data:`ADMISSION_TOKENIZE_BYTES` is tokenized exactly (a few ms); a longer one is admitted
+on its *upper* bound (one token per byte) and the worker counts it exactly before the vision
+encoder runs (:func:`check_text_fits`; the same ``context_length_exceeded``).
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from typing import Any
 
 from . import strict_base64
 from .errors import CacheMiss, ContextLengthExceeded, UnsupportedMedia, UnsupportedModality
-from .limits import MMLimits
+from .limits import MMLimits, message_text_bytes
 from .protocol import (
     ImagePart,
     ImageRefPart,
@@ -30,7 +38,7 @@ from .protocol import (
     VisionTokensPart,
     media_base64_span,
 )
-from .tokenizer import TextTokenizer, count_chat
+from .tokenizer import Control, TextTokenizer, count_chat, render_segments, utf8_bounds
 from .vision.decode import ImageHeader, MediaPolicy, probe_image
 from .vision.sizing import Family, image_tokens, pixel_bounds, video_tokens
 from .vision_tokens import check_vision_tokens, checked_grid
@@ -39,6 +47,12 @@ from .vision_tokens import check_vision_tokens, checked_grid
 # then 64 KiB (big EXIF blocks with thumbnails), then the whole file.
 HEADER_PREFIXES = (5_464, 87_384)
 HEADER_PREFIX_CHARS = HEADER_PREFIXES[-1]
+
+# The most template-text bytes admission tokenizes on the network thread. Measured on a shared
+# 2-core x86 (tests/unit/test_text_budget.py prints it): 4 KiB takes 2-5 ms for English and
+# ~5-10 ms for random ASCII (the slowest text: 0.3-0.7 MB/s), the demo's vocabulary and
+# Qwen's alike; camera prompts are far shorter.
+ADMISSION_TOKENIZE_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -62,10 +76,14 @@ class Budget:
     context: int
     items: tuple[BudgetItem, ...]
     tokenizer: str
+    # False: text_tokens (and prompt_tokens) are an upper bound, the text was too long to
+    # tokenize at admission; the worker counts it (check_text_fits)
+    text_exact: bool = True
 
     def to_json(self) -> dict[str, Any]:
         return {
             "prompt_tokens": self.prompt_tokens, "text_tokens": self.text_tokens,
+            "text_exact": self.text_exact,
             "vision_tokens": self.vision_tokens, "max_tokens": self.max_tokens,
             "context": self.context, "tokenizer": self.tokenizer,
             # "tokens" of an item: what it adds to the prompt, markers included
@@ -177,26 +195,97 @@ def _media_item(path: str, part: Any, request: Request, ctx: PreflightContext) -
         "grid": list(video.grid), "timestamps": list(video.timestamps)}))
 
 
+@dataclass(frozen=True)
+class TextSize:
+    """The length of a request's template text (role lines, newlines, message text: the
+    pieces :func:`~edgevlm.tokenizer.count_chat` tokenizes), measured without tokenizing."""
+
+    message_bytes: int                    # UTF-8 bytes of the messages' text parts
+    controls: int                         # the template's control tokens, one token each
+    pieces: tuple[tuple[int, int], ...]   # per text piece: utf8_bounds (smaller, larger)
+
+    @property
+    def high_bytes(self) -> int:
+        return sum(high for _, high in self.pieces)
+
+    def lower_tokens(self, max_token_bytes: int | None) -> int:
+        """Fewest tokens the text can be: no token covers more than ``max_token_bytes``."""
+        if not max_token_bytes:
+            return self.controls
+        return self.controls + sum(-(-low // max_token_bytes) for low, _ in self.pieces)
+
+    def upper_tokens(self) -> int:
+        """Most tokens the text can be for a byte-level tokenizer: one per byte."""
+        return self.controls + self.high_bytes
+
+
+def text_size(request: Request) -> TextSize:
+    pieces = render_segments(request.messages)
+    return TextSize(message_text_bytes(request),
+                    sum(1 for p in pieces if isinstance(p, Control)),
+                    tuple(utf8_bounds(p) for p in pieces if isinstance(p, str)))
+
+
+def context_exceeded(text: int, vision: int, items: str, max_tokens: int, context: int,
+                     ) -> ContextLengthExceeded:
+    prompt = text + vision
+    return ContextLengthExceeded(
+        f"prompt is {prompt} tokens (text {text}, vision {vision}: {items}) + "
+        f"max_tokens {max_tokens} = {prompt + max_tokens}, the context is "
+        f"{context} (model.context); send smaller images "
+        "(mm_processor_kwargs.max_pixels), fewer items, or a lower max_tokens")
+
+
+def check_text_fits(request: Request, tokenizer: TextTokenizer, context: int,
+                    vision: int = 0, items: str = "none") -> int:
+    """The exact text tokens of ``request``; ``context_length_exceeded`` if they, ``vision``
+    and ``max_tokens`` cannot fit. The worker runs it when admission could not count the text
+    (longer than :data:`ADMISSION_TOKENIZE_BYTES`), before the vision encoder."""
+    media = sum(1 for p in request.parts()
+                if isinstance(p, ImagePart | ImageUrlPart | VisionTokensPart | ImageRefPart
+                              | VideoFramesPart))
+    text = count_chat(request.messages, tokenizer) - 3 * media
+    if text + vision + request.max_tokens > context:
+        raise context_exceeded(text, vision, items, request.max_tokens, context)
+    return text
+
+
 def preflight(request: Request, ctx: PreflightContext) -> Budget:
-    """The token budget of a request; raises before any pixel is decoded when it cannot fit."""
+    """The token budget of a request; raises before any pixel is decoded when it cannot fit.
+
+    Bounded work: the text is tokenized only when it is short (see the module docstring)."""
     items: list[BudgetItem] = []
     for i, message in enumerate(request.messages):
         for j, part in enumerate(message.parts()):
             if isinstance(part, ImagePart | ImageUrlPart | VisionTokensPart | ImageRefPart
                           | VideoFramesPart):
                 items.append(_media_item(f"messages.{i}.content.{j}", part, request, ctx))
-    rendered = count_chat(request.messages, ctx.tokenizer)  # the ids the engine assembles
-    # the rendering holds 3 tokens per item (start, pad, end); items count their own markers
-    text_tokens = rendered - 3 * len(items)
     vision = sum(item.tokens for item in items)
+    per_item = ", ".join(f"{item.path} {item.tokens}" for item in items) or "none"
+    tok = ctx.tokenizer
+    size = text_size(request)
+    short = tok.exact_is_cheap or size.high_bytes <= ADMISSION_TOKENIZE_BYTES
+    if not short:  # a long text: refused on its length if even its fewest tokens cannot fit
+        lower = size.lower_tokens(tok.max_token_bytes)
+        if lower + vision + request.max_tokens > ctx.context_length:
+            raise ContextLengthExceeded(
+                f"the text is too long: {size.message_bytes} bytes of message text are at "
+                f"least {lower} tokens with the template (a token of this model is at most "
+                f"{tok.max_token_bytes} bytes); + vision {vision} ({per_item}) + max_tokens "
+                f"{request.max_tokens} = {lower + vision + request.max_tokens}, the context "
+                f"is {ctx.context_length} (model.context); send less text or a lower "
+                "max_tokens")
+    exact = short or not tok.byte_level  # without an upper bound: tokenized, bounded by
+    if exact:                            # limits.max_text_bytes
+        rendered = count_chat(request.messages, tok)  # the ids the engine assembles
+        # the rendering holds 3 tokens per item (start, pad, end); items count their own markers
+        text_tokens = rendered - 3 * len(items)
+    else:  # too long to tokenize here: one token per byte at most; the worker counts it
+        text_tokens = size.upper_tokens()
     prompt = text_tokens + vision
     budget = Budget(text_tokens, vision, prompt, request.max_tokens, ctx.context_length,
-                    tuple(items), ctx.tokenizer.name)
-    if prompt + request.max_tokens > ctx.context_length:
-        per_item = ", ".join(f"{item.path} {item.tokens}" for item in items) or "none"
-        raise ContextLengthExceeded(
-            f"prompt is {prompt} tokens (text {text_tokens}, vision {vision}: {per_item}) + "
-            f"max_tokens {request.max_tokens} = {prompt + request.max_tokens}, the context is "
-            f"{ctx.context_length} (model.context); send smaller images "
-            "(mm_processor_kwargs.max_pixels), fewer items, or a lower max_tokens")
+                    tuple(items), tok.name, exact)
+    if exact and prompt + request.max_tokens > ctx.context_length:
+        raise context_exceeded(text_tokens, vision, per_item, request.max_tokens,
+                               ctx.context_length)
     return budget

@@ -23,12 +23,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, models
 
 from .protocol import (
     ImagePart,
@@ -70,21 +70,72 @@ class TextTokenizer(Protocol):
     """What the request side needs from a tokenizer."""
 
     name: str
+    # the most bytes of (normalised) text one token covers; None: no length bound known
+    max_token_bytes: int | None
+    # every token covers at least one byte of the text (byte-level BPE, NFC or no normaliser)
+    byte_level: bool
+    # count_text costs about what measuring the text's bytes costs (no tokenizing)
+    exact_is_cheap: bool
 
     def count(self, text: str) -> int: ...
 
     def count_text(self, text: str) -> int: ...
 
 
+def utf8_bounds(text: str) -> tuple[int, int]:
+    """(smaller, larger) of the UTF-8 sizes of ``text`` and of its NFC form: the size a
+    tokenizer sees lies between them whether it normalises with NFC or not at all. Linear C
+    code (ASCII: constant time); ``text`` must be valid Unicode (protocol.UnicodeText)."""
+    if text.isascii():
+        return len(text), len(text)
+    raw = len(text.encode("utf-8"))
+    if unicodedata.is_normalized("NFC", text):
+        return raw, raw
+    nfc = len(unicodedata.normalize("NFC", text).encode("utf-8"))
+    return min(raw, nfc), max(raw, nfc)
+
+
+def _length_facts(tok: Tokenizer) -> tuple[int | None, bool]:
+    """(max_token_bytes, byte_level) of a tokenizer; (None, False) unless it is a byte-level
+    BPE with an NFC normaliser or none (the bounds of the module docstring need both)."""
+    pre = tok.pre_tokenizer
+    norm = tok.normalizer
+    byte_level = (isinstance(tok.model, models.BPE) and pre is not None
+                  and b'"type":"ByteLevel"' in pre.__getstate__()
+                  and (norm is None or json.loads(norm.__getstate__()) == {"type": "NFC"}))
+    if not byte_level:
+        return None, False
+    # a byte-level token is one character per byte (ByteLevel's alphabet); non-special added
+    # tokens (<think>) are matched as their UTF-8 text; special ones never are in text that
+    # encode_text tokenizes (the bound is for that text)
+    longest = max((len(t) for t in tok.get_vocab(with_added_tokens=False)), default=1)
+    added = max((len(a.content.encode("utf-8"))
+                 for a in tok.get_added_tokens_decoder().values() if not a.special), default=1)
+    return max(longest, added, 1), True
+
+
 class HFTokenizer:
     """A ``tokenizers`` tokenizer: :meth:`encode` parses special tokens in the text (template
-    text), :meth:`encode_text` does not (message text)."""
+    text), :meth:`encode_text` does not (message text).
+
+    The tokenizer is owned: its ``encode_special_tokens`` flag is set once, here, and never
+    toggled, so two threads may encode at once (the worker a prompt, the network thread a
+    short text) without a lock; :meth:`encode` cuts the special tokens out itself.
+    """
+
+    exact_is_cheap = False
 
     def __init__(self, tokenizer: Tokenizer, name: str = "tokenizer.json") -> None:
         self._tok = tokenizer
         self.name = name
-        # encode_special_tokens is a flag of the shared tokenizer: set only under the lock
-        self._lock = threading.Lock()
+        tokenizer.encode_special_tokens = True
+        specials = {a.content: i for i, a in tokenizer.get_added_tokens_decoder().items()
+                    if a.special}
+        self._special_ids = specials
+        # leftmost-longest, as the tokenizer's own added-token matcher
+        self._special_re = re.compile("|".join(
+            re.escape(t) for t in sorted(specials, key=len, reverse=True))) if specials else None
+        self.max_token_bytes, self.byte_level = _length_facts(tokenizer)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> HFTokenizer:
@@ -105,19 +156,24 @@ class HFTokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Ids of ``text``; a special token's string in it becomes that token."""
-        with self._lock:
-            ids: list[int] = self._tok.encode(text, add_special_tokens=False).ids
+        if self._special_re is None:
+            return self.encode_text(text)
+        ids: list[int] = []
+        start = 0
+        for match in self._special_re.finditer(text):
+            if match.start() > start:
+                ids += self.encode_text(text[start:match.start()])
+            ids.append(self._special_ids[match.group()])
+            start = match.end()
+        if start < len(text):
+            ids += self.encode_text(text[start:])
         return ids
 
     def encode_text(self, text: str) -> list[int]:
         """Ids of untrusted ``text``: a special token's string is tokenized as ordinary bytes
-        (decoding gives the same characters back), never as the special token."""
-        with self._lock:
-            self._tok.encode_special_tokens = True
-            try:
-                ids: list[int] = self._tok.encode(text, add_special_tokens=False).ids
-            finally:
-                self._tok.encode_special_tokens = False
+        (decoding gives the same characters back), never as the special token. The GIL is
+        released while it runs (``encode_batch``; ``encode`` holds it)."""
+        ids: list[int] = self._tok.encode_batch([text], add_special_tokens=False)[0].ids
         return ids
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
@@ -149,6 +205,9 @@ class ByteCountTokenizer:
     """Upper bound without a model: one token per UTF-8 byte, one per special token."""
 
     name = "byte-count upper bound (no model tokenizer)"
+    max_token_bytes: int | None = 1
+    byte_level = True
+    exact_is_cheap = True
 
     def count(self, text: str) -> int:
         specials = len(_SPECIAL_SPLIT.findall(text))

@@ -1,4 +1,9 @@
-"""The generation loop: encode -> assemble -> prefill -> sample/decode until a stop rule."""
+"""The generation loop: encode -> assemble -> prefill -> sample/decode until a stop rule.
+
+A text too long for admission to tokenize on the network thread (over
+``ADMISSION_TOKENIZE_BYTES``, admitted on its upper bound) is counted here first, before the
+vision encoder runs: a prompt that cannot fit is refused without encoding its images.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import ContextLengthExceeded
+from ..preflight import ADMISSION_TOKENIZE_BYTES, check_text_fits, text_size
 from ..prepare import PreparedMedia
 from ..protocol import Request
 from .native import EngineCancelled
@@ -24,6 +30,13 @@ def run_generation(engine: Engine, request: Request, prepared: Sequence[Prepared
 
     t_start = time.perf_counter()
     session = engine.session
+    if text_size(request).high_bytes > ADMISSION_TOKENIZE_BYTES:
+        merge = engine.family.merge_size ** 2
+        sized = [(p.path, 2 + (p.features.n_tokens if p.features is not None else
+                               int(np.prod(p.pixels.grid_thw)) // merge if p.pixels is not None
+                               else 0)) for p in prepared]  # pads + 2 markers (videos: more)
+        check_text_fits(request, engine.tokenizer, session.n_ctx, sum(n for _, n in sized),
+                        ", ".join(f"{path} {n}" for path, n in sized) or "none")
     media, encode_ms = engine.encode_prepared(prepared)
     prompt = engine.prompt_for(request, media)
     n_prompt = len(prompt.tokens)
