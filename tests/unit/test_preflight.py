@@ -10,7 +10,6 @@ from unittest import mock
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-from edgevlm import strict_base64
 from edgevlm.admission import RequestSide, admit
 from edgevlm.cache import VisionCache
 from edgevlm.errors import CacheMiss, ContextLengthExceeded, EdgevlmError, UnsupportedMedia
@@ -165,25 +164,6 @@ def refusal(part: dict[str, Any], side: RequestSide | None = None) -> tuple[str,
     with pytest.raises(EdgevlmError) as info:
         admit(raw, side or admit_side())
     return info.value.type, info.value.message
-
-
-@pytest.fixture
-def decoded_lengths(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Lengths of every text strict_base64 decodes during the test."""
-    lengths: list[int] = []
-    real, real_into = strict_base64.decode, strict_base64.decode_into
-
-    def spy(text: str | bytes) -> bytes:
-        lengths.append(len(text))
-        return real(text)
-
-    def spy_into(text: str | bytes, out: Any) -> int:
-        lengths.append(len(text))
-        return real_into(text, out)
-
-    monkeypatch.setattr(strict_base64, "decode", spy)
-    monkeypatch.setattr(strict_base64, "decode_into", spy_into)
-    return lengths
 
 
 @pytest.mark.parametrize("side", [None, RequestSide(RequestLimits(),

@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edgevlm import strict_base64
 from edgevlm.errors import InvalidVisionTokens, PayloadTooLarge
 from edgevlm.protocol import VisionTokensPayload
 from edgevlm.vision_tokens import (
@@ -223,25 +222,6 @@ def test_f16_payload_declared_as_f32_is_rejected(features: VisionFeatures) -> No
 def test_features_of_another_hidden_size_are_rejected(wire: dict[str, Any]) -> None:
     assert reject(wire, hidden=4096) == ("vision_tokens.tokens_b64: expected 65536 bytes "
                                          "(n=4 × d=4096 × 4 bytes f32), got 32768")
-
-
-@pytest.fixture
-def decoded_lengths(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Lengths of every text handed to strict_base64.decode or decode_into during the test."""
-    lengths: list[int] = []
-    real, real_into = strict_base64.decode, strict_base64.decode_into
-
-    def spy(text: str | bytes) -> bytes:
-        lengths.append(len(text))
-        return real(text)
-
-    def spy_into(text: str | bytes, out: Any) -> int:
-        lengths.append(len(text))
-        return real_into(text, out)
-
-    monkeypatch.setattr(strict_base64, "decode", spy)
-    monkeypatch.setattr(strict_base64, "decode_into", spy_into)
-    return lengths
 
 
 def test_a_huge_wrong_payload_is_rejected_without_decoding_it(decoded_lengths: list[int]) -> None:
