@@ -26,7 +26,7 @@ from typing import Any
 from edgevlm.mqtt import embedded_codec as codec
 
 NODE = "bench"
-REPLY = f"edgevlm/{NODE}/reply/flood"
+REPLY = "edgevlm/clients/flood/reply"
 TOPIC = f"edgevlm/{NODE}/request/describe"
 
 

@@ -1,9 +1,11 @@
 """The client side of the describe verb: build a request, send it over MQTT, wait for the answer.
 
 Used by ``edgevlm ask`` and ``edgevlm demo``. With MQTT v5 (the default) a request carries a
-Response Topic (``<base>/<node>/reply/<client>``) and Correlation Data, and answers are matched
-by correlation; with MQTT 3.1.1 answers come on ``<base>/<node>/response/describe`` and are
-matched by the ``transaction`` echoed in the payload. Streamed partial chunks go to a callback.
+Response Topic (``<base>/clients/<user or client id>/reply/<token>``: under the daemon's
+``mqtt.reply_prefix``, in the tree the broker's ACL lets this client read) and Correlation
+Data, and answers are matched by correlation; with MQTT 3.1.1 answers come on
+``<base>/<node>/response/describe`` and are matched by the ``transaction`` echoed in the
+payload. Streamed partial chunks go to a callback.
 """
 
 from __future__ import annotations
@@ -138,12 +140,17 @@ class DescribeClient:
 
     def __init__(self, host: str, port: int = DEFAULT_PORT, *, base_topic: str = "edgevlm",
                  protocol: str = "5", username: str | None = None,
-                 password: str | None = None, tls: TLSSettings | None = None) -> None:
+                 password: str | None = None, tls: TLSSettings | None = None,
+                 client_id: str | None = None, reply_prefix: str | None = None) -> None:
         self.host, self.port, self.base = host, port, base_topic
         self.v5 = protocol != "3.1.1"
         self.token = uuid.uuid4().hex[:12]
-        self._client = paho.Client(CallbackAPIVersion.VERSION2,
-                                   client_id=f"edgevlm-ask-{self.token}",
+        self.client_id = client_id or f"edgevlm-ask-{self.token}"
+        # replies go to this client's own tree: its user's (an ACL such as
+        # `pattern read edgevlm/clients/%u/#`), else its client id's
+        self.reply_prefix = reply_prefix or f"{base_topic}/clients/"
+        self.owner = username if username and _topic_level(username) else self.client_id
+        self._client = paho.Client(CallbackAPIVersion.VERSION2, client_id=self.client_id,
                                    protocol=paho.MQTTv5 if self.v5 else paho.MQTTv311)
         if username is not None:
             self._client.username_pw_set(username, password)
@@ -229,8 +236,9 @@ class DescribeClient:
 
     # ------------------------------------------------------------------ requests
 
-    def reply_topic(self, node: str | None) -> str:
-        return f"{self.base}/{node or 'pool'}/reply/{self.token}"
+    def reply_topic(self) -> str:
+        """This client's Response Topic: ``<reply prefix><user or client id>/reply/<token>``."""
+        return f"{self.reply_prefix}{self.owner}/reply/{self.token}"
 
     def send(self, request: dict[str, Any], node: str | None,
              on_chunk: Chunk | None = None, subscribe_timeout: float = 10.0,
@@ -242,9 +250,9 @@ class DescribeClient:
         waiter = _Waiter(request_id, on_chunk)
         props = properties
         if self.v5:
-            self._subscribe(self.reply_topic(node), subscribe_timeout)
+            self._subscribe(self.reply_topic(), subscribe_timeout)
             props = props or Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-            props.ResponseTopic = self.reply_topic(node)
+            props.ResponseTopic = self.reply_topic()
             props.CorrelationData = request_id.encode()
         else:
             if node is None:
@@ -312,6 +320,11 @@ class DescribeClient:
             return
         waiter.answer, waiter.received_at = body, now
         waiter.done.set()
+
+
+def _topic_level(name: str) -> bool:
+    """Whether ``name`` can be one topic level (no separators or wildcards)."""
+    return not any(c in name for c in "/+#\0")
 
 
 def _nodelay(client: Any, userdata: Any, sock: Any) -> None:
