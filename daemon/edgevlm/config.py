@@ -173,6 +173,13 @@ class MQTTConfig(_Section):
     reconnect_max_s: float = Field(default=5, gt=0)
     clean_start: bool = False
     session_expiry_s: int = Field(default=3600, ge=0)
+    reply_prefix: str | None = Field(
+        default=None, pattern=r"^[^#+$/][^#+]*/$", description="v5 Response Topics must lie "
+        "under this prefix (ending in /); absent: <base_topic>/clients/")
+    share_request_answers: bool = Field(
+        default=False, description="also publish request answers (text and id) on "
+        "bridge/last_answer and bridge/event, which every client may read; camera "
+        "descriptions always go there")
 
     @model_validator(mode="after")
     def _backoff_order(self) -> MQTTConfig:

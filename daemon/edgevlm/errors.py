@@ -86,6 +86,14 @@ class CacheMiss(EdgevlmError):
     type = "cache_miss"
 
 
+class IdReused(EdgevlmError):
+    """A request id that names another request (other bytes) answered or running within
+    ``limits.dedupe_window_s``: never answered with the other request's answer."""
+
+    code = 400
+    type = "id_reused"
+
+
 class Busy(EdgevlmError):
     """The board's queue is full."""
 
@@ -116,6 +124,7 @@ ERROR_TYPES: tuple[type[EdgevlmError], ...] = (
     UnsupportedMedia,
     ContextLengthExceeded,
     CacheMiss,
+    IdReused,
     Busy,
     DeadlineExceeded,
     InternalError,

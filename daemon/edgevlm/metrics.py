@@ -78,6 +78,7 @@ class Metrics:
         self._busy = False
         self._connected = False
         self._reconnects = 0
+        self._answers_refused = 0
 
     def received(self) -> None:
         """A request message was taken; it is in progress until :meth:`finished`."""
@@ -133,6 +134,11 @@ class Metrics:
         with self._lock:
             self._reconnects += 1
 
+    def answer_refused(self) -> None:
+        """The broker refused an answer (PUBACK reason code >= 0x80, e.g. its ACL)."""
+        with self._lock:
+            self._answers_refused += 1
+
     def set_connected(self, connected: bool) -> None:
         with self._lock:
             self._connected = connected
@@ -150,6 +156,7 @@ class Metrics:
             recent = list(self._recent)
             state = (self._queue_depth, self._busy, self._connected, self._reconnects,
                      self._deduplicated)
+            answers_refused = self._answers_refused
             uptime = self._clock() - self._started
         queue_depth, busy, connected, reconnects, deduplicated = state
         ttft = [a.ttft_ms for a in recent]
@@ -172,7 +179,8 @@ class Metrics:
             },
             "tokens_per_s": _round(tokens_per_s),
             "cache": _cache(cache),
-            "mqtt": {"connected": connected, "reconnects": reconnects},
+            "mqtt": {"connected": connected, "reconnects": reconnects,
+                     "answers_refused": answers_refused},
         }
 
 

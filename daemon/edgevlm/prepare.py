@@ -7,13 +7,16 @@ For each media part of an admitted request, in prompt order:
   preprocessed into ``pixel_values`` for the vision encoder.
 - ``video_frames``: the same, keyed over all frames, preprocessed as one clip.
 - ``vision_tokens``: decoded and validated against the model's hidden size and DeepStack depth.
-- ``image_ref``: the cache entry, or ``cache_miss``.
+- ``image_ref``: the cache entry, or ``cache_miss``. In the daemon a reference is a capability
+  (:mod:`edgevlm.image_refs`): ``refs`` opens it for the requester, and one given to someone
+  else finds nothing.
 
 The encoder itself (and storing its output in the cache) belongs to the engine.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .cache import VisionCache, cache_key
@@ -72,15 +75,22 @@ def _with_path(path: str, exc: UnsupportedMedia) -> UnsupportedMedia:
     return UnsupportedMedia(f"{path}: {exc.message}", code=exc.status_code)
 
 
+RefOpener = Callable[[str], str | None]   # image_ref -> the cache key, if it may be used
+
+
 def prepare_media(request: Request, ctx: PreflightContext, model: ModelFacts,
-                  cache: VisionCache | None) -> list[PreparedMedia]:
-    """Prepare every media part of ``request``; raises the error to answer with."""
+                  cache: VisionCache | None, refs: RefOpener | None = None
+                  ) -> list[PreparedMedia]:
+    """Prepare every media part of ``request``; raises the error to answer with.
+
+    ``refs`` opens ``image_ref`` parts (the daemon's capabilities); None: an ``image_ref`` is
+    the cache key itself (local use, e.g. ``edgevlm run``)."""
     out: list[PreparedMedia] = []
     for i, message in enumerate(request.messages):
         for j, part in enumerate(message.parts()):
             path = f"messages.{i}.content.{j}"
             try:
-                item = _prepare_part(path, part, request, ctx, model, cache)
+                item = _prepare_part(path, part, request, ctx, model, cache, refs)
             except UnsupportedMedia as exc:
                 raise _with_path(path, exc) from None
             if item is not None:
@@ -89,7 +99,8 @@ def prepare_media(request: Request, ctx: PreflightContext, model: ModelFacts,
 
 
 def _prepare_part(path: str, part: object, request: Request, ctx: PreflightContext,
-                  model: ModelFacts, cache: VisionCache | None) -> PreparedMedia | None:
+                  model: ModelFacts, cache: VisionCache | None, refs: RefOpener | None
+                  ) -> PreparedMedia | None:
     if isinstance(part, ImagePart | ImageUrlPart):
         data = media_bytes(part.image if isinstance(part, ImagePart) else part.image_url)
         lo, hi = pixel_bounds_for(ctx, "image", request)
@@ -121,9 +132,10 @@ def _prepare_part(path: str, part: object, request: Request, ctx: PreflightConte
                                         model.deepstack_layers)
         return PreparedMedia(path, "vision_tokens", None, features, None)
     if isinstance(part, ImageRefPart):
-        cached = cache.get(part.image_ref) if cache is not None else None
+        ref_key = part.image_ref if refs is None else refs(part.image_ref)
+        cached = cache.get(ref_key) if cache is not None and ref_key is not None else None
         if cached is None:
             raise CacheMiss(f"{path}: image_ref {part.image_ref} is not in the vision cache "
                             "(evicted or never stored); send the image bytes again")
-        return PreparedMedia(path, "image_ref", part.image_ref, cached, None)
+        return PreparedMedia(path, "image_ref", ref_key, cached, None)
     return None

@@ -122,10 +122,12 @@ class VisionTokensPart(_Strict):
 
 
 class ImageRefPart(_Strict):
-    """A cache key returned by an earlier answer (``cache[].key``)."""
+    """A reference returned by an earlier answer (``cache[].key``): 64 hex digits, usable by
+    the reply route it was sent to (:mod:`edgevlm.image_refs`); a bare 32-digit cache key
+    parses, and finds nothing in the daemon."""
 
     type: Literal["image_ref"]
-    image_ref: str = Field(pattern=r"^[0-9a-f]{32}$")
+    image_ref: str = Field(pattern=r"^[0-9a-f]{32}(?:[0-9a-f]{32})?$")
 
 
 class AudioPart(BaseModel):
@@ -258,8 +260,8 @@ class AnswerData(_Strict):
 
 ErrorType = Literal["invalid_request", "mm_limit_exceeded", "unsupported_modality",
                     "invalid_vision_tokens", "payload_too_large", "unsupported_media",
-                    "context_length_exceeded", "cache_miss", "busy", "deadline_exceeded",
-                    "internal"]
+                    "context_length_exceeded", "cache_miss", "id_reused", "busy",
+                    "deadline_exceeded", "internal"]
 
 
 class ErrorBody(_Strict):

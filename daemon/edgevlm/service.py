@@ -50,7 +50,7 @@ from .mqtt.jobs import CameraJob, JobQueue
 from .mqtt.probe import AclProbe, probe_targets
 from .mqtt.replies import Ack, Replier
 from .mqtt.requests import RequestHandler
-from .mqtt.topics import Topics, homeassistant_status
+from .mqtt.topics import ReplyPolicy, Topics, homeassistant_status
 from .mqtt.worker import Worker
 from .protocol import parse_request
 from .sources import CameraFrame, CameraSources
@@ -126,7 +126,7 @@ class Service:
                              on_message=self._on_message, on_ready=self._on_ready,
                              on_connection=self._on_connection, exit_process=exit_process,
                              on_failure=self._on_link_failure)
-        self.replier = Replier(self.link)
+        self.replier = Replier(self.link, metrics=self.metrics)
         context = self.engine.preflight_context(mm=config.limits.limit_mm_per_prompt,
                                                 media=config.media.policy())
         self.queue = JobQueue(config.limits.max_queue)
@@ -140,6 +140,7 @@ class Service:
         self.worker = Worker(self.engine, context, self.queue, self.replier, self.dedupe,
                              self.metrics, on_answer=self.bridge.publish_answer,
                              on_camera=self._on_camera, on_busy=self.bridge.publish_busy,
+                             share_request_answers=mqtt.share_request_answers,
                              test_delay_s=float(os.environ.get(TEST_DELAY_ENV, "0")) / 1e3)
         # Whether the daemon can serve (edgevlm.liveness): bridge/state, bridge/health and the
         # systemd watchdog follow it; liveness.add_listener(callback) is the hook for more
@@ -157,6 +158,9 @@ class Service:
         if config.homeassistant.discovery:
             filters.append(self.ha_status)
         self.link.set_subscriptions(filters)
+        # replies only under mqtt.reply_prefix, never where the daemon publishes or listens
+        self.requests.replies = ReplyPolicy.for_node(
+            self.topics, mqtt.reply_prefix, [*filters, f"{config.homeassistant.prefix}/#"])
         self._online = threading.Event()
         self._settled = threading.Event()  # online, or a start-up failure
         self._probe_passed = False         # the ACL probe passed once: the start is done

@@ -86,7 +86,10 @@ def test_daemon_speaking_311_answers_requests(make_service, mqtt_client):
 
 
 def test_answer_updates_last_answer_event_and_health_counts(make_service, mqtt_client):
-    service = make_service()
+    """Request answers reach the bridge topics (which every client reads) only when
+    configured; by default only camera descriptions do (tests/reliability/
+    test_hostile_clients.py)."""
+    service = make_service(**{"mqtt.share_request_answers": True})
     client = mqtt_client()
     client.sub(f"{BASE}/response/describe", f"{BASE}/bridge/last_answer", f"{BASE}/bridge/event")
     client.pub(f"{BASE}/request/describe", describe("la-1"))

@@ -7,14 +7,15 @@ from typing import Any
 import pytest
 
 from edgevlm.mqtt.client import publish_packet_size
-from edgevlm.mqtt.dedupe import DedupeMemory
+from edgevlm.mqtt.dedupe import ROUTES_PER_KEY, DedupeMemory, RequestKey, route_digest
 from edgevlm.mqtt.jobs import JobQueue
 from edgevlm.mqtt.replies import Ack, Route
 from edgevlm.mqtt.requests import dedupe_key, refusal_key
-from edgevlm.mqtt.topics import RequestTopic, Topics
+from edgevlm.mqtt.topics import ReplyPolicy, RequestTopic, Topics
 from edgevlm.protocol import Response
 
 T = Topics("edgevlm", "garage")
+T_REPLIES = ReplyPolicy.for_node(T, None, ["homeassistant/#"])
 
 
 def test_topics_are_built_under_base_and_node():
@@ -41,35 +42,96 @@ def test_request_topics_are_parsed_for_this_node_and_the_pool(topic, parsed):
 
 @pytest.mark.parametrize(("topic", "allowed"), [
     ("edgevlm/clients/me/reply", True),
-    ("edgevlm/garage/response/custom", True),
+    ("edgevlm/clients/me", True),
+    ("edgevlm/garage/response/describe", True),   # the default route, named explicitly
+    ("edgevlm/garage/response/custom", False),
     ("other/reply", False),
     ("edgevlm", False),
     ("edgevlm/", False),
-    ("edgevlm/+/reply", False),
-    ("edgevlm/#", False),
+    ("edgevlm/clients/", False),
+    ("edgevlm/clients/+/reply", False),
+    ("edgevlm/clients/#", False),
+    ("edgevlm/clients/a\0b", False),
     ("edgevlm/garage/request/describe", False),
     ("edgevlm/pool/request/describe", False),
     ("edgevlm/garage/bridge/state", False),
+    ("edgevlm/garage/camera/door/description", False),
+    ("edgevlm/other/camera/door/snapshot", False),
+    ("edgevlm/other/response/describe", False),
+    ("homeassistant/sensor/x/config", False),
 ])
-def test_reply_topics_must_stay_in_the_namespace_and_not_be_requests(topic, allowed):
-    assert T.in_namespace(topic) is allowed
+def test_replies_go_only_under_the_reply_prefix_and_never_on_the_daemons_topics(topic, allowed):
+    assert (T_REPLIES.refusal(topic) is None) is allowed, T_REPLIES.refusal(topic)
+
+
+@pytest.mark.parametrize(("topic", "allowed"), [
+    ("edgevlm/clients/me/reply", True),
+    ("edgevlm/anything/reply", True),
+    ("edgevlm/garage/x", False),                   # the node's own tree
+    ("edgevlm/other/bridge/last_answer", False),   # any node's trees
+    ("edgevlm/other/camera/door/set", False),
+    ("edgevlm/pool/request/describe", False),
+    ("cams/door/jpeg", False),                     # a camera topic the daemon subscribes to
+    ("homeassistant/status", False),
+])
+def test_a_broad_reply_prefix_still_excludes_what_the_daemon_publishes_or_reads(topic, allowed):
+    policy = ReplyPolicy.for_node(T, "edgevlm/", ["cams/+/jpeg", "homeassistant/#",
+                                                  "$share/g/edgevlm/pool/request/describe"])
+    assert (policy.refusal(topic) is None) is allowed, policy.refusal(topic)
+
+
+def test_the_requester_is_the_first_level_under_the_prefix_or_the_shared_topic():
+    assert T_REPLIES.requester("edgevlm/clients/alice/reply/1") == "edgevlm/clients/alice"
+    assert T_REPLIES.requester("edgevlm/clients/alice") == "edgevlm/clients/alice"
+    assert T_REPLIES.requester("edgevlm/garage/response/describe") == \
+        "edgevlm/garage/response/describe"
 
 
 def response(rid: str) -> Response:
     return Response.fail(rid, 400, "invalid_request", "x")
 
 
-def test_dedupe_attaches_arrivals_while_running_and_answers_from_memory_after():
+def key(name: str, payload: bytes = b"p") -> RequestKey:
+    return dedupe_key("describe", name, payload)
+
+
+def test_dedupe_attaches_arrivals_on_the_same_route_and_answers_from_memory_after():
+    memory = DedupeMemory()
+    a = Route("edgevlm/a", b"c")
+    k = key("k")
+    assert memory.claim(k, a, Ack(1, 1)).kind == "new"
+    assert memory.claim(k, a, Ack(2, 1)).kind == "running", "a client's retry"
+    assert memory.claim(k, a, Ack(3, 1), redelivered=True).kind == "running"
+    attached = memory.complete(k, a, response("k"))
+    assert attached.repeats == 1, "a redelivered copy on the same route is not answered twice"
+    assert attached.acks == [Ack(2, 1), Ack(3, 1)], "but it is acknowledged"
+    claim = memory.claim(k, a, Ack(4, 1))
+    assert claim.kind == "done" and claim.response == response("k")
+
+
+def test_dedupe_the_same_request_from_another_route_is_another_requester():
+    """It never gets the first answer (nor is attached to the first run): it runs itself."""
+    memory = DedupeMemory()
+    a, b, a2 = Route("edgevlm/a", b"c"), Route("edgevlm/b", b"c"), Route("edgevlm/a", b"d")
+    k = key("k")
+    assert memory.claim(k, a, Ack(1, 1)).kind == "new"
+    assert memory.claim(k, b, Ack(2, 1)).kind == "new", "not attached to a's run"
+    assert memory.complete(k, a, response("a")).acks == []
+    assert memory.claim(k, a2, Ack(3, 1)).kind == "new", "other correlation data: other route"
+    assert memory.complete(k, b, response("b")).acks == []
+    assert memory.claim(k, b, None).response == response("b")
+    assert memory.claim(k, a, None).response == response("a")
+
+
+def test_dedupe_an_id_with_other_bytes_is_refused_while_the_first_is_known():
     memory = DedupeMemory()
     a, b = Route("edgevlm/a"), Route("edgevlm/b")
-    assert memory.claim("k", a, Ack(1, 1)).kind == "new"
-    assert memory.claim("k", b, Ack(2, 1)).kind == "running"
-    assert memory.claim("k", a, Ack(3, 1), redelivered=True).kind == "running"
-    attached = memory.complete("k", response("k"))
-    assert attached.routes == [b], "a redelivered copy on the same route is not answered twice"
-    assert attached.acks == [Ack(2, 1), Ack(3, 1)], "but it is acknowledged"
-    claim = memory.claim("k", a, Ack(4, 1))
-    assert claim.kind == "done" and claim.response == response("k")
+    memory.claim(key("t-7", b"attacker"), a, None)
+    assert memory.claim(key("t-7", b"victim"), b, None).kind == "reused", "while running"
+    memory.complete(key("t-7", b"attacker"), a, response("t-7"))
+    assert memory.claim(key("t-7", b"victim"), b, None).kind == "reused", "while remembered"
+    assert memory.claim(key("t-7", b"victim"), a, None).kind == "reused", "from any route"
+    assert memory.claim(key("t-8", b"victim"), b, None).kind == "new"
 
 
 def test_dedupe_a_redelivery_of_a_sent_answer_is_only_acknowledged():
@@ -77,34 +139,54 @@ def test_dedupe_a_redelivery_of_a_sent_answer_is_only_acknowledged():
     down; paho sends those answers itself, so a second answer would be a duplicate."""
     memory = DedupeMemory()
     a, b = Route("edgevlm/a"), Route("edgevlm/b")
-    memory.claim("k", a, Ack(1, 1))
-    memory.complete("k", response("k"))
-    assert memory.claim("k", a, Ack(1, 1), redelivered=True).kind == "done", \
+    k = key("k")
+    memory.claim(k, a, Ack(1, 1))
+    memory.complete(k, a, response("k"))
+    assert memory.claim(k, a, Ack(1, 1), redelivered=True).kind == "done", \
         "not handed to paho yet: answered again (a duplicate at worst, never a loss)"
-    memory.mark_sent("k", [a])
-    assert memory.claim("k", a, Ack(1, 1), redelivered=True).kind == "sent"
-    assert memory.claim("k", a, Ack(2, 1)).kind == "done", "a client's retry is answered"
-    assert memory.claim("k", b, Ack(3, 1), redelivered=True).kind == "done", "another route"
+    memory.mark_sent(k, a)
+    assert memory.claim(k, a, Ack(1, 1), redelivered=True).kind == "sent"
+    assert memory.claim(k, a, Ack(2, 1)).kind == "done", "a client's retry is answered"
+    assert memory.claim(k, b, Ack(3, 1), redelivered=True).kind == "new", "another route"
 
 
 def test_dedupe_forgets_after_the_window_and_beyond_max_entries():
     now = [0.0]
     memory = DedupeMemory(window_s=10, max_entries=2, clock=lambda: now[0])
     route = Route("edgevlm/r")
-    for key in ("k1", "k2", "k3"):
-        memory.claim(key, route, None)
-        memory.complete(key, response(key))
-    assert memory.claim("k1", route, None).kind == "new", "oldest dropped (max_entries)"
-    assert memory.claim("k3", route, None).kind == "done"
+    for name in ("k1", "k2", "k3"):
+        memory.claim(key(name), route, None)
+        memory.complete(key(name), route, response(name))
+    assert memory.claim(key("k1"), route, None).kind == "new", "oldest dropped (max_entries)"
+    assert memory.claim(key("k3"), route, None).kind == "done"
     now[0] = 11.0
-    assert memory.claim("k3", route, None).kind == "new", "expired after the window"
+    assert memory.claim(key("k3"), route, None).kind == "new", "expired after the window"
+
+
+def test_dedupe_keeps_a_few_routes_per_key_and_max_entries_routes_in_all():
+    memory = DedupeMemory(max_entries=6)
+    k = key("k")
+    routes = [Route("edgevlm/r", b"%d" % i) for i in range(10)]
+    for route in routes:
+        assert memory.claim(k, route, None).kind == "new"
+        memory.complete(k, route, response("k"))
+        memory.mark_sent(k, route)
+    assert memory.routes_held() == ROUTES_PER_KEY
+    assert memory.claim(k, routes[-1], None).kind == "done"
+    assert memory.claim(k, routes[0], None).kind == "new", "the oldest route is forgotten"
+    memory.forget(k, routes[0])
+    for name in ("x", "y", "z"):
+        memory.claim(key(name), routes[0], None)
+        memory.complete(key(name), routes[0], response(name))
+    assert memory.routes_held() <= 6
 
 
 def test_dedupe_does_not_remember_when_told_not_to():
     memory = DedupeMemory()
-    memory.claim("k", Route("edgevlm/r"), None)
-    memory.complete("k", response("k"), remember=False)
-    assert memory.claim("k", Route("edgevlm/r"), None).kind == "new"
+    r = Route("edgevlm/r")
+    memory.claim(key("k"), r, None)
+    memory.complete(key("k"), r, response("k"), remember=False)
+    assert memory.claim(key("k"), r, None).kind == "new"
 
 
 def test_dedupe_a_redelivery_of_an_answer_not_remembered_is_only_acknowledged():
@@ -112,17 +194,18 @@ def test_dedupe_a_redelivery_of_an_answer_not_remembered_is_only_acknowledged():
     retry runs again, a broker's redelivered copy of the answered message does not."""
     memory = DedupeMemory()
     a, b = Route("edgevlm/a"), Route("edgevlm/b")
-    memory.claim("k", a, Ack(1, 1))
-    memory.complete("k", response("k"), remember=False)
-    memory.mark_sent("k", [a])
-    assert memory.claim("k", a, Ack(1, 1), redelivered=True).kind == "sent"
-    assert memory.claim("k", b, Ack(2, 1), redelivered=True).kind == "new", "another route"
-    memory.forget("k")
-    assert memory.claim("k", a, Ack(3, 1)).kind == "new", "a client's retry runs again"
+    k = key("k")
+    memory.claim(k, a, Ack(1, 1))
+    memory.complete(k, a, response("k"), remember=False)
+    memory.mark_sent(k, a)
+    assert memory.claim(k, a, Ack(1, 1), redelivered=True).kind == "sent"
+    assert memory.claim(k, b, Ack(2, 1), redelivered=True).kind == "new", "another route"
+    memory.forget(k, b)
+    assert memory.claim(k, a, Ack(3, 1)).kind == "new", "a client's retry runs again"
     assert len(memory) == 0, "nothing to answer a retry from"
     refused = refusal_key("describe", b"{not json")
     assert not memory.sent_before(refused, a)
-    memory.mark_sent(refused, [a])
+    memory.mark_sent(refused, a)
     assert memory.sent_before(refused, a) and not memory.sent_before(refused, b)
 
 
@@ -130,11 +213,11 @@ def test_dedupe_answers_not_remembered_never_push_out_remembered_ones():
     """A flood of refusals fills a memory of its own, not the one that answers retries."""
     memory = DedupeMemory(max_entries=4)
     route = Route("edgevlm/r")
-    memory.claim("good", route, None)
-    memory.complete("good", response("good"))
+    memory.claim(key("good"), route, None)
+    memory.complete(key("good"), route, response("good"))
     for i in range(100):
-        memory.mark_sent(refusal_key("describe", b"bad %d" % i), [route])
-    assert memory.claim("good", route, None).kind == "done"
+        memory.mark_sent(refusal_key("describe", b"bad %d" % i), route)
+    assert memory.claim(key("good"), route, None).kind == "done"
     assert memory.sent_before(refusal_key("describe", b"bad 99"), route)
     assert not memory.sent_before(refusal_key("describe", b"bad 0"), route), "max_entries"
 
@@ -147,10 +230,18 @@ def test_refusal_key_is_the_length_and_the_first_bytes():
     assert refusal_key("describe", b"a") != refusal_key("ask", b"a")
 
 
-def test_dedupe_key_is_the_id_or_a_hash_of_the_bytes():
-    assert dedupe_key("describe", "abc", b"x") == "describe:id:abc"
+def test_dedupe_key_is_the_id_or_a_hash_of_the_bytes_and_the_payload_digest():
+    assert dedupe_key("describe", "abc", b"x").name == "describe:id:abc"
+    assert dedupe_key("describe", "abc", b"x") != dedupe_key("describe", "abc", b"y")
     assert dedupe_key("describe", None, b"x") == dedupe_key("describe", None, b"x")
-    assert dedupe_key("describe", None, b"x") != dedupe_key("describe", None, b"y")
+    assert dedupe_key("describe", None, b"x").name != dedupe_key("describe", None, b"y").name
+
+
+def test_route_digests_tell_absent_empty_and_other_correlation_data_apart():
+    digests = {route_digest(Route("t")), route_digest(Route("t", b"")),
+               route_digest(Route("t", b"x")), route_digest(Route("t\0x")),
+               route_digest(Route("u"))}
+    assert len(digests) == 5
 
 
 def job(name: str) -> Any:

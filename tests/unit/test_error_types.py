@@ -138,7 +138,7 @@ def test_every_error_type_is_covered_here() -> None:
     assert {t.type for t in ERROR_TYPES} == {
         "invalid_request", "mm_limit_exceeded", "unsupported_modality", "invalid_vision_tokens",
         "payload_too_large", "unsupported_media", "context_length_exceeded", "cache_miss",
-        "busy", "deadline_exceeded", "internal"}
+        "id_reused", "busy", "deadline_exceeded", "internal"}
 
 
 def _refused(payload: dict[str, Any]) -> EdgevlmError:

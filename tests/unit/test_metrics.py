@@ -27,7 +27,7 @@ def test_empty_snapshot_has_the_documented_shape_and_nulls() -> None:
     assert snap["latency_ms"] == {"ttft": {"p50": None, "p95": None},
                                   "total": {"p50": None, "p95": None}}
     assert snap["tokens_per_s"] is None and snap["cache"]["hit_rate"] is None
-    assert snap["mqtt"] == {"connected": False, "reconnects": 0}
+    assert snap["mqtt"] == {"connected": False, "reconnects": 0, "answers_refused": 0}
     json.dumps(snap)
 
 
@@ -135,7 +135,7 @@ def test_state_cache_and_uptime() -> None:
                                  max_bytes=1 << 20))
     assert snap["uptime_s"] == 12.2 or snap["uptime_s"] == 12.3
     assert snap["busy"] is True and snap["queue_depth"] == 3
-    assert snap["mqtt"] == {"connected": True, "reconnects": 2}
+    assert snap["mqtt"] == {"connected": True, "reconnects": 2, "answers_refused": 0}
     assert snap["cache"] == {"hits": 3, "misses": 1, "hit_rate": 0.75, "bytes": 4096,
                              "entries": 2}
 

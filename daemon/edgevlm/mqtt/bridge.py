@@ -8,6 +8,10 @@ bridge/busy         retained "ON" | "OFF" when it changes
 bridge/last_answer  retained {"text" (<= 255 chars, HA's state limit), "full_text", ...}
 bridge/event        not retained {"event_type": "answer_ready", ...} (HA event entity)
 ```
+
+Every client of the documented ACL reads the bridge topics: ``last_answer`` and ``event`` carry
+camera descriptions, and request answers only with ``mqtt.share_request_answers`` (the worker
+decides; a request's answer otherwise goes to its requester alone).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ..protocol import Request
 from ..sources import CameraFrame
+from .dedupe import RequestKey
 from .replies import Ack, Route
 
 
@@ -21,13 +22,14 @@ from .replies import Ack, Route
 class RequestJob:
     """An admitted request message."""
 
-    key: str | None                  # dedupe key (request id, or a hash of the bytes)
+    key: RequestKey | None           # dedupe key (request id or a hash, and the payload's)
     request: Request
     verb: str
     route: Route
     acks: list[Ack]
     received: float                  # time.monotonic() when the message arrived
     deadline: float | None           # time.monotonic() after which it must not start
+    requester: str = ""              # who the route belongs to (image_ref capabilities)
 
 
 @dataclass

@@ -83,6 +83,7 @@ class AclProbe:
         self._confirm = confirm  # calls back once the broker answered every message
         self._then = then
         self._refused: dict[int, str] = {}
+        self._previous: Callable[[int, Any], None] | None = None
         self._who = (f"user '{link.settings.username}'" if link.settings.username is not None
                      else "anonymous clients")
 
@@ -95,6 +96,7 @@ class AclProbe:
                      "subscriptions were checked (mqtt.protocol 5 checks publishing too)")
             self._then(problems)
             return
+        self._previous = self.link.on_publish_refused   # the replier's: restored after
         self.link.on_publish_refused = self._on_refused
         props = new_properties(PacketTypes.PUBLISH)
         props.MessageExpiryInterval = PROBE_EXPIRY_S
@@ -108,9 +110,11 @@ class AclProbe:
 
     def _on_refused(self, mid: int, reason: Any) -> None:
         self._refused[mid] = str(reason)
+        if self._previous is not None:  # an answer published meanwhile may be refused too
+            self._previous(mid, reason)
 
     def _finish(self, problems: list[str], sent: dict[int, ProbeTarget]) -> None:
-        self.link.on_publish_refused = None
+        self.link.on_publish_refused = self._previous
         for mid, target in sent.items():
             reason = self._refused.get(mid)
             if reason is not None:

@@ -9,6 +9,11 @@ Who waits for the confirmation: for answers published on the network thread (ref
 answers from memory: a flood of bad requests is all of this kind) the network thread itself,
 in paho's ``on_publish``, so each request costs no thread hand-over; for answers from other
 threads (the worker) a small ack thread.
+
+A confirmation with a reason code >= 0x80 (MQTT v5: the broker refused the message, e.g. its
+ACL does not let the daemon write the reply topic) is a refused answer: logged as such (never
+as "answered") and counted (``bridge/health`` ``mqtt.answers_refused``); the request is
+acknowledged all the same, as sending it again would be refused again.
 """
 
 from __future__ import annotations
@@ -17,8 +22,10 @@ import logging
 import queue
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import paho.mqtt.client as paho
 from paho.mqtt.properties import Properties
@@ -28,7 +35,14 @@ from ..protocol import Response, StreamChunk
 from .client import MqttLink, PacketTooLarge, wait_confirmed
 from .fast_properties import publish_properties
 
+if TYPE_CHECKING:
+    from ..metrics import Metrics
+
 log = logging.getLogger(__name__)
+
+REFUSALS_KEPT = 1024          # refused PUBACKs remembered until their answer is settled
+REFUSAL_LOG_BURST = 10        # refused answers logged one by one per REFUSAL_LOG_INTERVAL_S
+REFUSAL_LOG_INTERVAL_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -53,11 +67,22 @@ class Ack:
 
 
 @dataclass
+class _Sent:
+    """The copies of one answer: to check for refusals once the broker confirmed them."""
+
+    request_id: str | None
+    copies: list[tuple[int, str]]     # (mid, topic)
+    since: float                      # time.monotonic() before the first copy was published
+    on_delivered: Callable[[], None] | None = None
+
+
+@dataclass
 class _Pending:
     infos: list[paho.MQTTMessageInfo]
     acks: list[Ack]
     on_confirmed: Callable[[], None] | None
     since: float = field(default_factory=time.monotonic)
+    sent: _Sent | None = None
 
 
 @dataclass
@@ -65,6 +90,7 @@ class _Unconfirmed:
     mids: set[int]     # answer copies the broker has not confirmed yet
     acks: list[Ack]
     since: float
+    sent: _Sent | None = None
 
 
 class _NetworkThreadAcks:
@@ -74,21 +100,23 @@ class _NetworkThreadAcks:
     published (before any PUBACK can be read), and confirmed from paho's ``on_publish``. paho
     never reuses the id of a message still waiting for its PUBACK."""
 
-    def __init__(self, ack: Callable[[Ack], None], timeout_s: float) -> None:
+    def __init__(self, ack: Callable[[Ack], None], timeout_s: float,
+                 settled: Callable[[_Sent], None] | None = None) -> None:
         self._ack = ack
+        self._settled = settled
         self.timeout_s = timeout_s
         self._by_mid: dict[int, _Unconfirmed] = {}
         self.open = 0   # entries still waiting (read from other threads: an int is atomic)
 
-    def track(self, infos: Sequence[paho.MQTTMessageInfo], acks: Sequence[Ack]) -> None:
+    def track(self, infos: Sequence[paho.MQTTMessageInfo], acks: Sequence[Ack],
+              sent: _Sent | None = None) -> None:
         now = time.monotonic()
         self._expire(now)
         mids = {info.mid for info in infos if not info.is_published()}
         if not mids:
-            for ack in acks:
-                self._ack(ack)
+            self._settle(sent, acks)
             return
-        entry = _Unconfirmed(mids, list(acks), now)
+        entry = _Unconfirmed(mids, list(acks), now, sent)
         for mid in mids:
             self._by_mid[mid] = entry
         self.open += 1
@@ -100,8 +128,13 @@ class _NetworkThreadAcks:
         entry.mids.discard(mid)
         if not entry.mids:
             self.open -= 1
-            for ack in entry.acks:
-                self._ack(ack)
+            self._settle(entry.sent, entry.acks)
+
+    def _settle(self, sent: _Sent | None, acks: Sequence[Ack]) -> None:
+        if sent is not None and self._settled is not None:
+            self._settled(sent)
+        for ack in acks:
+            self._ack(ack)
 
     def _expire(self, now: float) -> None:
         """Give up on the oldest entries after ``timeout_s`` (their requests stay unacked)."""
@@ -120,11 +153,18 @@ class _NetworkThreadAcks:
 class Replier:
     """Publishes answers and acks their requests after the broker confirmed the answers."""
 
-    def __init__(self, link: MqttLink, confirm_timeout_s: float = 600.0) -> None:
+    def __init__(self, link: MqttLink, confirm_timeout_s: float = 600.0,
+                 metrics: Metrics | None = None) -> None:
         self.link = link
         self.confirm_timeout_s = confirm_timeout_s
+        self.metrics = metrics
         self._pending: queue.Queue[_Pending | None] = queue.Queue()
-        self._on_network_thread = _NetworkThreadAcks(self._ack, confirm_timeout_s)
+        self._on_network_thread = _NetworkThreadAcks(self._ack, confirm_timeout_s,
+                                                     self._check_refused)
+        self._refusals: OrderedDict[int, tuple[float, str]] = OrderedDict()  # mid -> (t, why)
+        self._refusals_lock = threading.Lock()
+        self._refusal_log_window = (0.0, 0)   # (start, refused answers logged in it)
+        link.on_publish_refused = self._on_refused
         link.set_on_published(self._on_network_thread.confirmed)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="edgevlm-acks", daemon=True)
@@ -150,23 +190,28 @@ class Replier:
     # ------------------------------------------------------------------ sending
 
     def answer(self, routes: Sequence[Route], response: Response, acks: Sequence[Ack] = (),
-               on_confirmed: Callable[[], None] | None = None) -> None:
-        """Publish ``response`` to every route; ack ``acks`` once all copies are confirmed."""
-        self.send(routes, response.to_json(), response.id, acks, on_confirmed)
+               on_confirmed: Callable[[], None] | None = None,
+               on_delivered: Callable[[], None] | None = None) -> None:
+        """Publish ``response`` to every route; ack ``acks`` once all copies are confirmed;
+        then ``on_delivered`` unless the broker refused a copy."""
+        self.send(routes, response.to_json(), response.id, acks, on_confirmed, on_delivered)
 
     def send(self, routes: Sequence[Route], payload: bytes, request_id: str | None,
-             acks: Sequence[Ack] = (), on_confirmed: Callable[[], None] | None = None) -> None:
+             acks: Sequence[Ack] = (), on_confirmed: Callable[[], None] | None = None,
+             on_delivered: Callable[[], None] | None = None) -> None:
         """:meth:`answer` with the answer already serialised (e.g. by
         :func:`edgevlm.protocol.error_answer_json`)."""
+        sent = _Sent(request_id, [], time.monotonic(), on_delivered)
         infos: list[paho.MQTTMessageInfo] = []
         for route in routes:
             info = self._publish_answer(route, payload, request_id)
             if info is not None:
                 infos.append(info)
-        if on_confirmed is None and self.link.on_network_thread():
-            self._on_network_thread.track(infos, acks)
+                sent.copies.append((info.mid, route.topic))
+        if on_confirmed is None and on_delivered is None and self.link.on_network_thread():
+            self._on_network_thread.track(infos, acks, sent)
         else:
-            self._pending.put(_Pending(infos, list(acks), on_confirmed))
+            self._pending.put(_Pending(infos, list(acks), on_confirmed, sent=sent))
 
     def _publish_answer(self, route: Route, payload: bytes, request_id: str | None
                         ) -> paho.MQTTMessageInfo | None:
@@ -218,6 +263,48 @@ class Replier:
             log.warning("not published to %s: %s", topic, exc)
             return False
 
+    # ------------------------------------------------------------------ refused answers
+
+    def _on_refused(self, mid: int, reason: Any) -> None:
+        """A PUBACK with a reason code >= 0x80 (network thread), for any of our publishes:
+        kept until the answer it belongs to (if any) is settled."""
+        with self._refusals_lock:
+            self._refusals[mid] = (time.monotonic(), str(reason))
+            self._refusals.move_to_end(mid)
+            while len(self._refusals) > REFUSALS_KEPT:
+                self._refusals.popitem(last=False)
+
+    def _check_refused(self, sent: _Sent) -> None:
+        """Once every copy of an answer is confirmed: log and count the refused ones, else
+        call ``on_delivered``. A refusal recorded before the answer was published belongs to
+        an earlier message with the same packet id."""
+        refused: list[tuple[str, str]] = []
+        with self._refusals_lock:
+            for mid, topic in sent.copies:
+                found = self._refusals.pop(mid, None)
+                if found is not None and found[0] >= sent.since:
+                    refused.append((topic, found[1]))
+        if not refused:
+            if sent.on_delivered is not None:
+                sent.on_delivered()
+            return
+        for topic, reason in refused:
+            if self.metrics is not None:
+                self.metrics.answer_refused()
+            self._log_refused(sent.request_id, topic, reason)
+
+    def _log_refused(self, request_id: str | None, topic: str, reason: str) -> None:
+        now = time.monotonic()
+        start, logged = self._refusal_log_window
+        if now - start > REFUSAL_LOG_INTERVAL_S:
+            start, logged = now, 0
+        self._refusal_log_window = (start, logged + 1)
+        if logged < REFUSAL_LOG_BURST:
+            log.warning("the broker refused the answer to request %s on %s (%s): not "
+                        "delivered; the request is acknowledged (bridge/health counts refused "
+                        "answers in mqtt.answers_refused; check that the broker's ACL lets the "
+                        "daemon write there)", request_id, topic[:200], reason)
+
     def ack_now(self, acks: Sequence[Ack]) -> None:
         for ack in acks:
             self._ack(ack)
@@ -251,6 +338,8 @@ class Replier:
                     log.warning("an answer was not confirmed by the broker within %.0f s; "
                                 "its request stays unacknowledged", self.confirm_timeout_s)
                     return
+        if item.sent is not None:
+            self._check_refused(item.sent)
         for ack in item.acks:
             self._ack(ack)
         if item.on_confirmed is not None:

@@ -1,15 +1,19 @@
 """Admission of request messages, on the network thread: cheap, and it never raises.
 
 In order: the reply route (v5 Response Topic + Correlation Data, else
-``<base>/<node>/response/<verb>``; reply topics outside the base namespace are refused), then
-:func:`edgevlm.admission.admit` (size, schema, per-modality limits, token budget from image
-headers — no media is decoded here), dedupe by request id, the deadline (v5 Message Expiry,
-``deadline_ms``, else ``limits.default_deadline_ms``), and queue capacity (``busy``).
-Everything heavy runs on the worker.
+``<base>/<node>/response/<verb>``; a Response Topic outside ``mqtt.reply_prefix`` or on
+anything the daemon publishes or subscribes to is refused, answered on the default route),
+then :func:`edgevlm.admission.admit` (size, schema, per-modality limits, token budget from
+image headers — no media is decoded here; an ``image_ref`` must have been given to this
+requester), dedupe by request id, payload and route (an id reused for other bytes is
+``id_reused``), the deadline (v5 Message Expiry, ``deadline_ms``, else
+``limits.default_deadline_ms``), and queue capacity (``busy``). Everything heavy runs on the
+worker.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import re
@@ -17,15 +21,24 @@ import time
 from collections.abc import Callable
 
 from ..admission import RequestSide, admit
-from ..errors import Busy, EdgevlmError, InvalidRequest, PayloadTooLarge, wire_error
+from ..errors import (
+    Busy,
+    CacheMiss,
+    EdgevlmError,
+    IdReused,
+    InvalidRequest,
+    PayloadTooLarge,
+    wire_error,
+)
+from ..image_refs import PROCESS_REFS, ImageRefs
 from ..metrics import Metrics
 from ..protocol import error_answer_json, request_id_of
 from .client import Incoming
-from .dedupe import DedupeMemory
+from .dedupe import DedupeMemory, RequestKey, digest
 from .jobs import JobQueue, RequestJob
 from .refusals import RefusalLog
 from .replies import Ack, Replier, Route
-from .topics import RequestTopic, Topics
+from .topics import ReplyPolicy, RequestTopic, Topics
 
 log = logging.getLogger(__name__)
 
@@ -38,21 +51,23 @@ def _id_near_start(payload: bytes) -> str | None:
     return match.group(1).decode("utf-8", "replace") if match else None
 
 
-def dedupe_key(verb: str, request_id: str | None, payload: bytes) -> str:
-    """The request id, or (without one) a hash of the exact bytes."""
+def dedupe_key(verb: str, request_id: str | None, payload: bytes) -> RequestKey:
+    """The verb and request id (or, without one, a hash of the bytes) and the payload's
+    digest: the same id with other bytes is another request."""
+    payload_digest = digest(payload)
     if request_id is not None:
-        return f"{verb}:id:{request_id}"
-    return f"{verb}:sha:{hashlib.blake2b(payload, digest_size=16).hexdigest()}"
+        return RequestKey(f"{verb}:id:{request_id}", payload_digest)
+    return RequestKey(f"{verb}:sha:{payload_digest.hex()}", payload_digest)
 
 
 REFUSAL_KEY_BYTES = 64 * 1024   # what a refused payload's key hashes (of any size)
 
 
-def refusal_key(verb: str, payload: bytes) -> str:
+def refusal_key(verb: str, payload: bytes) -> RequestKey:
     """The key of a request refused at admission, to know a redelivered copy of it: its
     length and a hash of its first bytes (its id may be missing or a lie)."""
-    digest = hashlib.blake2b(payload[:REFUSAL_KEY_BYTES], digest_size=16).hexdigest()
-    return f"{verb}:refused:{len(payload)}:{digest}"
+    return RequestKey(f"{verb}:refused:{len(payload)}",
+                      hashlib.blake2b(payload[:REFUSAL_KEY_BYTES], digest_size=16).digest())
 
 
 class RequestHandler:
@@ -61,9 +76,16 @@ class RequestHandler:
     def __init__(self, topics: Topics, side: RequestSide, queue: JobQueue,
                  dedupe: DedupeMemory, replier: Replier, metrics: Metrics,
                  default_deadline_ms: int | None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, *,
+                 replies: ReplyPolicy | None = None, refs: ImageRefs = PROCESS_REFS) -> None:
         self.topics = topics
-        self.side = side
+        self.replies = replies or ReplyPolicy.for_node(topics)
+        self.refs = refs
+        # image_ref parts are opened for the requester of the message being admitted
+        self._cached_tokens = side.preflight.ref_tokens
+        self._requester: str | None = None
+        self.side = RequestSide(side.limits, dataclasses.replace(
+            side.preflight, ref_tokens=self._ref_tokens))
         self.queue = queue
         self.dedupe = dedupe
         self.replier = replier
@@ -78,12 +100,23 @@ class RequestHandler:
         default = Route(self.topics.response(verb), msg.correlation)
         if msg.response_topic is None:
             return default, None
-        if not self.topics.in_namespace(msg.response_topic):
+        why = self.replies.refusal(msg.response_topic)
+        if why is not None:
             return default, (f"the response topic {msg.response_topic[:200]!r} is outside this "
-                             f"daemon's namespace; use a topic under '{self.topics.base}/' "
-                             "without wildcards (the answer went to the default response "
-                             "topic)")
+                             f"daemon's reply namespace: {why}; use a topic under "
+                             f"'{self.replies.prefix}' (mqtt.reply_prefix) without wildcards, "
+                             f"e.g. '{self.replies.prefix}<your client id>/reply' (the answer "
+                             "went to the default response topic)")
         return Route(msg.response_topic, msg.correlation), None
+
+    def _ref_tokens(self, ref: str) -> int | None:
+        """The token cost of an ``image_ref`` the requester being admitted may use."""
+        key = self.refs.open(ref, self._requester)
+        if key is None:
+            raise CacheMiss(f"image_ref {ref} was not given to this requester: a reference "
+                            "works only for the reply route its answer went to, until the "
+                            "daemon restarts; send the image bytes again")
+        return self._cached_tokens(key) if self._cached_tokens is not None else None
 
     def handle(self, msg: Incoming, rt: RequestTopic) -> None:
         """Admit one request message (called on the network thread; never raises)."""
@@ -105,6 +138,8 @@ class RequestHandler:
     def _admit(self, msg: Incoming, rt: RequestTopic, route: Route, refused: str | None
                ) -> None:
         ack = Ack(msg.mid, msg.qos)
+        requester = self.replies.requester(route.topic)
+        self._requester = requester
         try:
             admitted = admit(msg.payload, self.side)
         except EdgevlmError as exc:  # the id comes with it: the payload is parsed once
@@ -113,18 +148,27 @@ class RequestHandler:
                 rid = _id_near_start(msg.payload)
             self._refuse(msg, rt.verb, route, rid, exc)
             return
+        finally:
+            self._requester = None
         request = admitted.request
         if refused is not None:
             self._refuse(msg, rt.verb, route, request.id, InvalidRequest(refused))
             return
         key = dedupe_key(rt.verb, request.id, msg.payload)
         claim = self.dedupe.claim(key, route, ack, redelivered=msg.dup)
+        if claim.kind == "reused":
+            self._refuse(msg, rt.verb, route, request.id, IdReused(
+                f"the id {request.id!r} belongs to another request (other bytes) answered or "
+                f"running within the last {self.dedupe.window_s:g} s "
+                "(limits.dedupe_window_s); give every request a new, unpredictable id, and "
+                "send a retry with the same bytes"))
+            return
         if claim.kind == "done":
             assert claim.response is not None
             self.metrics.deduplicated()
             log.info("request %s answered again from memory", request.id)
             self.replier.answer([route], claim.response, [ack])
-            self.dedupe.mark_sent(key, [route])
+            self.dedupe.mark_sent(key, route)
             return
         if claim.kind == "sent":
             self._redelivered(request.id, ack)
@@ -136,18 +180,19 @@ class RequestHandler:
             return
         self.metrics.received()
         job = RequestJob(key=key, request=request, verb=rt.verb, route=route, acks=[ack],
-                         received=msg.received, deadline=self._deadline(msg, request.deadline_ms))
+                         received=msg.received, deadline=self._deadline(msg, request.deadline_ms),
+                         requester=requester)
         if self.queue.put(job):
             self.metrics.set_queue_depth(len(self.queue))
             return
-        attached = self.dedupe.forget(key)
+        attached = self.dedupe.forget(key, route)
         err = wire_error(Busy(f"the queue is full ({self.queue.capacity} waiting, "
                               "limits.max_queue); retry later or send to the shared pool"))
         self.metrics.finished(err.type)
         payload = error_answer_json(request.id, err.code, err.type, err.message)  # type: ignore[arg-type]
-        routes = [route, *attached.routes]
+        routes = [route] * (1 + attached.repeats)
         self.replier.send(routes, payload, request.id, [ack, *attached.acks])
-        self.dedupe.mark_sent(key, routes)
+        self.dedupe.mark_sent(key, route)
 
     def _deadline(self, msg: Incoming, deadline_ms: int | None) -> float | None:
         candidates = []
@@ -182,4 +227,4 @@ class RequestHandler:
         self.metrics.finished(err.type)
         payload = error_answer_json(request_id, err.code, err.type, err.message)  # type: ignore[arg-type]
         self.replier.send([route], payload, request_id, [ack])
-        self.dedupe.mark_sent(key, [route])
+        self.dedupe.mark_sent(key, route)

@@ -5,12 +5,16 @@
 <base>/<node>/request/<verb>      -> <base>/<node>/response/<verb>  (without a v5 Response Topic)
 $share/<group>/<base>/pool/request/<verb>                           (the shared pool)
 <base>/<node>/camera/<cam>/{image,description,snapshot,set,state}
+<base>/clients/<client>/...    replies to a v5 Response Topic (mqtt.reply_prefix)
 ```
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import paho.mqtt.client as paho
 
 VERBS: tuple[str, ...] = ("describe",)
 HA_STATUS_SUFFIX = "status"
@@ -105,15 +109,61 @@ class Topics:
                 return RequestTopic(verb, pooled) if verb in VERBS else None
         return None
 
-    def in_namespace(self, topic: str) -> bool:
-        """Whether ``topic`` may be published to as a reply: under ``<base>/``, no wildcards,
-        and neither a request nor a bridge topic (a reply must never pose as either)."""
-        if not topic.startswith(f"{self.base}/") or has_wildcards(topic) or "\0" in topic:
-            return False
-        if len(topic.encode()) > 65535 or topic == f"{self.base}/":
-            return False
-        rest = topic[len(self.base):]
-        return "/request/" not in rest and "/bridge/" not in rest
+    def default_reply_prefix(self) -> str:
+        """``<base>/clients/``: where v5 clients get their replies by default."""
+        return f"{self.base}/clients/"
+
+    def reserved_filters(self) -> list[str]:
+        """What the daemon publishes or subscribes to under its base topic, in any node's
+        shape: a reply may never land there (it would pose as state, a camera's description,
+        a request, or another node's answer)."""
+        return [f"{self.root}/#", f"{self.base}/pool/#",
+                *(f"{self.base}/+/{tree}/#" for tree in ("bridge", "request", "response",
+                                                         "camera"))]
+
+
+@dataclass(frozen=True)
+class ReplyPolicy:
+    """Where answers may go: a v5 Response Topic under ``prefix`` (``mqtt.reply_prefix``,
+    default ``<base>/clients/``) that is not ``reserved`` (what the daemon publishes or
+    subscribes to: its own tree, every node's bridge/request/response/camera trees, camera
+    topics, Home Assistant's discovery prefix), or exactly one of ``defaults`` (this node's
+    response topics: where answers go without a Response Topic)."""
+
+    prefix: str
+    reserved: tuple[str, ...] = ()
+    defaults: frozenset[str] = field(default_factory=frozenset)
+
+    @classmethod
+    def for_node(cls, topics: Topics, prefix: str | None = None,
+                 reserved: Iterable[str] = ()) -> ReplyPolicy:
+        prefix = prefix or topics.default_reply_prefix()
+        if not prefix.endswith("/"):
+            prefix += "/"
+        filters = [f.split("/", 2)[2] if f.startswith("$share/") else f
+                   for f in (*topics.reserved_filters(), *reserved)]
+        return cls(prefix, tuple(dict.fromkeys(filters)),
+                   frozenset(topics.response(verb) for verb in VERBS))
+
+    def refusal(self, topic: str) -> str | None:
+        """Why ``topic`` may not carry a reply (None: it may)."""
+        if topic in self.defaults:
+            return None
+        if not topic.startswith(self.prefix) or topic == self.prefix:
+            return "it is not under the reply prefix"
+        if has_wildcards(topic) or "\0" in topic or len(topic.encode()) > 65535:
+            return "it has wildcards or is not a valid topic"
+        for reserved in self.reserved:
+            if paho.topic_matches_sub(reserved, topic):
+                return f"the daemon publishes or subscribes there ({reserved})"
+        return None
+
+    def requester(self, topic: str) -> str:
+        """Who a reply route belongs to: ``<prefix><first level>`` (the tree the broker's ACL
+        gives one client), or the topic itself (a node's shared response topic)."""
+        if topic in self.defaults or not topic.startswith(self.prefix):
+            return topic
+        return self.prefix + topic[len(self.prefix):].split("/", 1)[0]
 
 
 def homeassistant_status(prefix: str) -> str:

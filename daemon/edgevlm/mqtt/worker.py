@@ -4,6 +4,11 @@ decode media -> ``prepare_media`` (cache lookup, safe decode, patchify) -> ``run
 (ViT on cache misses, prefill, decode) -> the answer envelope. With ``stream: true`` partial
 chunks (``status: "partial"``, ``seq`` from 0) go out before the final answer. Any exception
 becomes an error answer for that job and a log line; the thread never dies of one.
+
+An answer goes to its requester's route only: its ``cache[].key`` values are ``image_ref``
+capabilities for that requester (:mod:`edgevlm.image_refs`). Camera descriptions are announced
+on ``bridge/last_answer`` and ``bridge/event`` (``on_answer``); request answers only with
+``share_request_answers`` (``mqtt.share_request_answers``), since every client may read those.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from dataclasses import dataclass
 
 from ..engine import Engine, GenerationResult
 from ..errors import Busy, DeadlineExceeded, EdgevlmError, WireError, wire_error
+from ..image_refs import PROCESS_REFS, ImageRefs
 from ..metrics import Metrics
 from ..preflight import PreflightContext
 from ..prepare import prepare_media
@@ -43,7 +49,10 @@ class Answered:
     model: str
 
 
-def answer_data(result: GenerationResult, model: str, queue_ms: float) -> AnswerData:
+def answer_data(result: GenerationResult, model: str, queue_ms: float,
+                ref: Callable[[str], str] | None = None) -> AnswerData:
+    """The ``data`` of an ok answer; ``ref`` turns each cache key into the ``image_ref``
+    the requester gets back (None: the keys as they are)."""
     m = result.metrics
     return AnswerData(
         text=result.text, finish_reason=result.finish_reason,
@@ -53,7 +62,8 @@ def answer_data(result: GenerationResult, model: str, queue_ms: float) -> Answer
                               **{k: round(float(m.get(k, 0.0)), 3) for k in (
                                   "media_ms", "encode_ms", "prefill_ms", "ttft_ms", "tpot_ms",
                                   "total_ms")}),
-        cache=[CacheInfo(hit=hit, key=key) for hit, key in result.cache],
+        cache=[CacheInfo(hit=hit, key=ref(key) if ref is not None else key)
+               for hit, key in result.cache],
         model=model, deepstack=result.deepstack)
 
 
@@ -68,6 +78,7 @@ class Worker:
                  on_camera: Callable[[CameraFrame, str | None, WireError | None,
                                       dict[str, float]], None] | None = None,
                  on_busy: Callable[[bool], None] | None = None,
+                 share_request_answers: bool = False, refs: ImageRefs = PROCESS_REFS,
                  test_delay_s: float = 0.0) -> None:
         self.engine = engine
         self.context = context
@@ -78,6 +89,8 @@ class Worker:
         self.on_answer = on_answer
         self.on_camera = on_camera
         self.on_busy = on_busy
+        self.share_request_answers = share_request_answers
+        self.refs = refs
         self.test_delay_s = test_delay_s  # test-only: widens the "mid-request" window
         self._stopping = threading.Event()
         self._busy = False
@@ -147,7 +160,15 @@ class Worker:
         if self.test_delay_s > 0:
             time.sleep(self.test_delay_s)
         t0 = time.perf_counter()
-        prepared = prepare_media(job.request, self.context, self.engine.facts, self.engine.cache)
+        refs = None
+        if isinstance(job, RequestJob):
+            requester = job.requester
+
+            def refs(ref: str) -> str | None:
+                return self.refs.open(ref, requester)
+
+        prepared = prepare_media(job.request, self.context, self.engine.facts, self.engine.cache,
+                                 refs)
         media_ms = (time.perf_counter() - t0) * 1e3
         return self.engine.generate_prepared(job.request, prepared, media_ms=media_ms,
                                              on_text=on_text)
@@ -169,11 +190,15 @@ class Worker:
         except Exception as exc:
             self.fail(job, exc)
             return
-        data = answer_data(result, self.engine.name, queue_ms)
-        self._finish(job, Response.ok(rid, data), None, data)
-        log.info("answered %s in %.0f ms (%d tokens, queue %.0f ms)", rid,
-                 data.metrics.total_ms, data.usage.completion_tokens, queue_ms)
-        if self.on_answer is not None:
+        data = answer_data(result, self.engine.name, queue_ms,
+                           lambda key: self.refs.issue(key, job.requester))
+
+        def answered() -> None:
+            log.info("answered %s in %.0f ms (%d tokens, queue %.0f ms)", rid,
+                     data.metrics.total_ms, data.usage.completion_tokens, queue_ms)
+
+        self._finish(job, Response.ok(rid, data), None, data, answered)
+        if self.on_answer is not None and self.share_request_answers:
             self.on_answer(Answered(rid, None, data.text, data.finish_reason, data.model))
 
     def _streamer(self, job: RequestJob) -> Callable[[str], None]:
@@ -199,18 +224,19 @@ class Worker:
         self._finish(job, response, err.type, None)
 
     def _finish(self, job: RequestJob, response: Response, error_type: str | None,
-                data: AnswerData | None) -> None:
+                data: AnswerData | None, on_delivered: Callable[[], None] | None = None
+                ) -> None:
         attached = None
         if job.key is not None:
-            attached = self.dedupe.complete(job.key, response,
+            attached = self.dedupe.complete(job.key, job.route, response,
                                             remember=error_type not in TRANSIENT_ERRORS)
         self.metrics.finished(error_type, data.metrics if data else None,
                               data.usage.completion_tokens if data else 0)
-        routes = [job.route, *(attached.routes if attached else [])]
+        routes = [job.route] * (1 + (attached.repeats if attached else 0))
         acks = [*job.acks, *(attached.acks if attached else [])]
-        self.replier.answer(routes, response, acks)
+        self.replier.answer(routes, response, acks, on_delivered=on_delivered)
         if job.key is not None:  # from now on a redelivered copy needs no second answer
-            self.dedupe.mark_sent(job.key, routes)
+            self.dedupe.mark_sent(job.key, job.route)
 
     # ------------------------------------------------------------------ cameras
 
