@@ -92,7 +92,7 @@ def response(rid: str) -> Response:
 
 
 def key(name: str, payload: bytes = b"p") -> RequestKey:
-    return dedupe_key("describe", name, payload)
+    return dedupe_key("describe", name, payload, "edgevlm/clients/a")
 
 
 def test_dedupe_attaches_arrivals_on_the_same_route_and_answers_from_memory_after():
@@ -231,10 +231,15 @@ def test_refusal_key_is_the_length_and_the_first_bytes():
 
 
 def test_dedupe_key_is_the_id_or_a_hash_of_the_bytes_and_the_payload_digest():
-    assert dedupe_key("describe", "abc", b"x").name == "describe:id:abc"
-    assert dedupe_key("describe", "abc", b"x") != dedupe_key("describe", "abc", b"y")
-    assert dedupe_key("describe", None, b"x") == dedupe_key("describe", None, b"x")
-    assert dedupe_key("describe", None, b"x").name != dedupe_key("describe", None, b"y").name
+    a, b = "edgevlm/clients/a/reply", "edgevlm/clients/b/reply"
+    assert dedupe_key("describe", "abc", b"x", a).name.endswith(":id:abc")
+    assert dedupe_key("describe", "abc", b"x", a) != dedupe_key("describe", "abc", b"y", a)
+    assert dedupe_key("describe", None, b"x", a) == dedupe_key("describe", None, b"x", a)
+    assert dedupe_key("describe", None, b"x", a).name != \
+        dedupe_key("describe", None, b"y", a).name
+    # an id is one requester's: another reply topic is another request altogether
+    assert dedupe_key("describe", "abc", b"x", a).name != \
+        dedupe_key("describe", "abc", b"x", b).name
 
 
 def test_route_digests_tell_absent_empty_and_other_correlation_data_apart():

@@ -4,8 +4,10 @@ untrusted. A real Mosquitto and the daemon with the demo model, in process.
 
 - The dedupe memory stays small under thousands of replays with 60 KB Correlation Data (it
   keeps digests, a few routes per key, ``dedupe_max_entries`` routes in all).
-- Another client replaying an answered id gets ``id_reused``, never the first answer; the same
-  bytes from another route run again for that route; a planted id does not poison the victim.
+- An id is one requester's (its reply topic): another client reusing an answered id gets
+  nothing of the first answer (on its own topic its request simply runs; aimed at the victim's
+  topic with other bytes it is ``id_reused``); the same bytes from another route run again for
+  that route; a planted id neither poisons nor blocks the victim.
 - ``bridge/last_answer`` and ``bridge/event`` carry camera descriptions, not request answers.
 - An ``image_ref`` works only for the reply route it was given to.
 - A Response Topic on the daemon's own topics or another node's tree is refused.
@@ -122,7 +124,7 @@ def test_dedupe_memory_keeps_digests_not_correlation_data():
     and 3,000 copies of one refused request: the memory grows by a few KB, not by the
     Correlation Data (before: ~180 MB for each)."""
     memory = DedupeMemory()
-    answered = dedupe_key("describe", "q1", b'{"id": "q1"}')
+    answered = dedupe_key("describe", "q1", b'{"id": "q1"}', ATTACKER)
     refused = refusal_key("describe", b"{not json")
     tracemalloc.start()
     try:
@@ -150,7 +152,8 @@ def test_dedupe_memory_keeps_digests_not_correlation_data():
 
 def test_dedupe_memory_of_the_daemon_stays_bounded_under_replays(make_service, mqtt_client):
     """End to end: 3,000 copies of a refused request and 3,000 replays of an answered id (other
-    prompt, other route), each with its own 60 KB Correlation Data."""
+    prompt, aimed at the victim's reply topic: ``id_reused``), each with its own 60 KB
+    Correlation Data."""
     service = make_service()
     client = mqtt_client()
     client.sub(VICTIM)
@@ -171,7 +174,7 @@ def test_dedupe_memory_of_the_daemon_stays_bounded_under_replays(make_service, m
         client.publish(REQUEST, b"{not json", qos=1,
                        properties=v5_properties(ATTACKER, correlation(i)))
         client.publish(REQUEST, replay, qos=1,
-                       properties=v5_properties(ATTACKER, correlation(REPLAYS + i)))
+                       properties=v5_properties(VICTIM, correlation(REPLAYS + i)))
         if i % 100 == 99:  # Mosquitto drops what queues beyond max_queued_messages
             wait_until(lambda n=2 * i + 2: refused() >= n and service.replier.outstanding == 0,
                        what="the daemon to keep up")
@@ -191,7 +194,7 @@ def test_dedupe_memory_of_the_daemon_stays_bounded_under_replays(make_service, m
 # --------------------------------------------------------------------------- dedupe identity
 
 
-def test_another_client_replaying_an_answered_id_gets_id_reused_and_nothing_of_the_first(
+def test_another_client_reusing_an_answered_id_gets_nothing_of_the_first(
         make_service, mqtt_client, engine_calls):
     make_service()
     victim, attacker = mqtt_client(), mqtt_client()
@@ -201,26 +204,36 @@ def test_another_client_replaying_an_answered_id_gets_id_reused_and_nothing_of_t
                properties=v5_properties(VICTIM, b"v1"))
     first = answer_on(victim, VICTIM, b"v1")
     assert first["status"] == "ok" and first["data"]["cache"]
+    # on its own reply topic the id is the attacker's own: its prompt runs, nothing is shared
     attacker.pub(REQUEST, ask("door-1", "Repeat your last answer"),
                  properties=v5_properties(ATTACKER, b"a1"))
-    stolen = answer_on(attacker, ATTACKER, b"a1")
-    assert stolen["status"] == "error" and stolen["error"]["type"] == "id_reused", stolen
-    assert stolen["error"]["code"] == 400
-    # MQTT 3.1.1 (no Response Topic): the same, on the node's response topic
-    v311 = mqtt_client(protocol="3.1.1")
+    own = answer_on(attacker, ATTACKER, b"a1")
+    assert own["status"] == "ok" and own["data"]["cache"] == [], own
+    # aimed at the victim's reply topic (which it cannot read) with other bytes: id_reused
+    attacker.pub(REQUEST, ask("door-1", "Repeat your last answer"),
+                 properties=v5_properties(VICTIM, b"a2"))
+    (reused,) = victim.inbox.json(VICTIM, where=lambda o: o.get("status") == "error")
+    assert reused["error"]["type"] == "id_reused" and reused["error"]["code"] == 400
+    # MQTT 3.1.1 (no Response Topic): the node's response topic is one requester
+    v311, other = mqtt_client(protocol="3.1.1"), mqtt_client(protocol="3.1.1")
     v311.sub(DEFAULT_REPLY)
-    v311.pub(REQUEST, {**ask(None, "Repeat your last answer"), "transaction": "door-1"})
-    (refused,) = v311.inbox.json(DEFAULT_REPLY, where=lambda o: o.get("id") == "door-1")
+    v311.pub(REQUEST, {**ask(None, "What is there?"), "transaction": "tx-1"})
+    v311.inbox.json(DEFAULT_REPLY, where=lambda o: o.get("id") == "tx-1"
+                    and o.get("status") == "ok")
+    other.pub(REQUEST, {**ask(None, "Repeat your last answer"), "transaction": "tx-1"})
+    (refused,) = v311.inbox.json(DEFAULT_REPLY, where=lambda o: o.get("id") == "tx-1"
+                                 and o.get("status") == "error")
     assert refused["error"]["type"] == "id_reused"
-    seen = [json.loads(m.payload) for m in attacker.inbox.messages + v311.inbox.messages]
-    assert all(a["status"] == "error" and "data" not in a for a in seen), seen
+    seen = [json.loads(m.payload) for m in attacker.inbox.messages]
     assert first["data"]["cache"][0]["key"][:32] not in json.dumps(seen)
-    assert engine_calls == ["door-1"]
+    assert engine_calls == ["door-1", "door-1", "tx-1"]
 
 
-def test_a_planted_id_does_not_poison_the_victim(make_service, mqtt_client, engine_calls):
-    """The attacker sends a predictable id first: the victim gets ``id_reused`` (and a new id
-    works), never the attacker's answer."""
+def test_a_planted_id_neither_poisons_nor_blocks_the_victim(make_service, mqtt_client,
+                                                           engine_calls):
+    """The attacker sends a predictable id first, on its own reply topic: the victim's request
+    with that id is the victim's own and runs; on the victim's topic (other bytes) the victim's
+    request is refused ``id_reused``, never answered with the attacker's answer."""
     make_service()
     victim, attacker = mqtt_client(), mqtt_client()
     victim.sub(VICTIM)
@@ -230,11 +243,15 @@ def test_a_planted_id_does_not_poison_the_victim(make_service, mqtt_client, engi
     assert answer_on(attacker, ATTACKER, b"a")["status"] == "ok"
     victim.pub(REQUEST, ask("t-7", "Is the door locked?", image(FRAME)),
                properties=v5_properties(VICTIM, b"v"))
-    assert answer_on(victim, VICTIM, b"v")["error"]["type"] == "id_reused"
-    victim.pub(REQUEST, ask("t-8", "Is the door locked?", image(FRAME)),
-               properties=v5_properties(VICTIM, b"v2"))
-    assert answer_on(victim, VICTIM, b"v2")["status"] == "ok"
-    assert engine_calls == ["t-7", "t-8"]
+    mine = answer_on(victim, VICTIM, b"v")
+    assert mine["status"] == "ok" and mine["data"]["cache"], mine
+    attacker.pub(REQUEST, ask("t-9", "Say the door is locked"),
+                 properties=v5_properties(VICTIM, b"a9"))
+    answer_on(victim, VICTIM, b"a9")  # lands on the victim's topic under the attacker's data
+    victim.pub(REQUEST, ask("t-9", "Is the door locked?", image(FRAME)),
+               properties=v5_properties(VICTIM, b"v9"))
+    assert answer_on(victim, VICTIM, b"v9")["error"]["type"] == "id_reused"
+    assert engine_calls == ["t-7", "t-7", "t-9"]
 
 
 def test_the_same_request_from_another_route_runs_again_and_a_retry_is_answered_from_memory(

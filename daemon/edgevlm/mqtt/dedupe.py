@@ -4,14 +4,16 @@ answer never goes to anyone else.
 QoS 1 is at-least-once: after a crash or a reconnect the broker redelivers requests that were
 not acknowledged, and clients retry. A request is known by its :class:`RequestKey` — the verb
 and id (or, without an id, a hash of the bytes) *and* a digest of the exact payload — and by
-its reply route (Response Topic + Correlation Data, compared by digest). Per key and route it is
+its reply route (Response Topic + Correlation Data, compared by digest); the key names the
+requester's reply topic too (``requests.dedupe_key``), so ids of different requesters never
+meet. Per key and route it is
 *running* (queued or on the worker) or *done* (its answer remembered for ``window_s``). A
 second arrival on the same route of a running request is attached to it and answered when it
 finishes; of a done request, answered from memory. The same request from another route is
 another requester: it runs again (its answer is its own, never the first one). An id that
-arrives with another payload while the first is running or remembered is refused
-(``id_reused``): an id names one request, so nobody gets an answer meant for other bytes, and
-nobody can plant an answer under an id someone else will use.
+arrives on the same reply topic with another payload while the first is running or remembered
+is refused (``id_reused``): an id names one request of its requester, so nobody gets an answer
+meant for other bytes.
 
 A broker *redelivery* (DUP flag) of a request whose answer this process already published to
 the same route is only acknowledged, whatever that answer was: paho sends the answer itself

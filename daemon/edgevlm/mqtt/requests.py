@@ -51,13 +51,18 @@ def _id_near_start(payload: bytes) -> str | None:
     return match.group(1).decode("utf-8", "replace") if match else None
 
 
-def dedupe_key(verb: str, request_id: str | None, payload: bytes) -> RequestKey:
-    """The verb and request id (or, without one, a hash of the bytes) and the payload's
-    digest: the same id with other bytes is another request."""
+def dedupe_key(verb: str, request_id: str | None, payload: bytes, reply_topic: str
+               ) -> RequestKey:
+    """The verb, the requester's reply topic and the request id (or, without one, a hash of
+    the bytes), and the payload's digest. An id names one request *of one requester*: the same
+    id with other bytes on the same reply topic is refused (``id_reused``); on another reply
+    topic it is another requester's request and meets nothing of this one, so a client that
+    plants a predictable id can neither answer nor block its victim."""
     payload_digest = digest(payload)
+    scope = digest(reply_topic.encode()).hex()[:16]
     if request_id is not None:
-        return RequestKey(f"{verb}:id:{request_id}", payload_digest)
-    return RequestKey(f"{verb}:sha:{payload_digest.hex()}", payload_digest)
+        return RequestKey(f"{verb}:{scope}:id:{request_id}", payload_digest)
+    return RequestKey(f"{verb}:{scope}:sha:{payload_digest.hex()}", payload_digest)
 
 
 REFUSAL_KEY_BYTES = 64 * 1024   # what a refused payload's key hashes (of any size)
@@ -154,12 +159,12 @@ class RequestHandler:
         if refused is not None:
             self._refuse(msg, rt.verb, route, request.id, InvalidRequest(refused))
             return
-        key = dedupe_key(rt.verb, request.id, msg.payload)
+        key = dedupe_key(rt.verb, request.id, msg.payload, route.topic)
         claim = self.dedupe.claim(key, route, ack, redelivered=msg.dup)
         if claim.kind == "reused":
             self._refuse(msg, rt.verb, route, request.id, IdReused(
-                f"the id {request.id!r} belongs to another request (other bytes) answered or "
-                f"running within the last {self.dedupe.window_s:g} s "
+                f"the id {request.id!r} belongs to another request to this reply topic (other "
+                f"bytes) answered or running within the last {self.dedupe.window_s:g} s "
                 "(limits.dedupe_window_s); give every request a new, unpredictable id, and "
                 "send a retry with the same bytes"))
             return
