@@ -109,21 +109,23 @@ def request_payload(rid: str, frame: Frame, max_tokens: int = 4) -> bytes:
 class LoadClient:
     """A persistent-session v5 client that sends requests and records them in a ledger.
 
-    Answers go to ``REPLY`` with the request id as Correlation Data; ``online_events``
-    collects live (not retained) ``bridge/state = online`` messages: the daemon is back."""
+    Answers go to ``reply`` (default ``REPLY``) with the request id as Correlation Data;
+    ``online`` is set by a live (not retained) ``bridge/state = online``: the daemon is back."""
 
-    def __init__(self, broker: Broker, ledger: Ledger, name: str = "soak-client") -> None:
+    def __init__(self, broker: Broker, ledger: Ledger, name: str = "soak-client",
+                 reply: str = REPLY) -> None:
         self.ledger = ledger
+        self.reply = reply
         self.client: MqttTestClient = connect_client(broker.host, broker.port,
                                                      client_id=name, clean=False)
         self.online = threading.Event()
         self.replied = threading.Event()
         self.client.on_message = self._on_message
-        self.client.sub(REPLY, f"{BASE}/bridge/state")
+        self.client.sub(reply, f"{BASE}/bridge/state")
 
     def _on_message(self, client: Any, userdata: Any, msg: Any) -> None:
         try:
-            if msg.topic == REPLY:
+            if msg.topic == self.reply:
                 props = getattr(msg, "properties", None)
                 self.ledger.record_reply(msg.payload, getattr(props, "CorrelationData", None),
                                          redelivered=bool(msg.dup))
@@ -139,7 +141,7 @@ class LoadClient:
         ``queued``: the request passes admission (it may also be answered busy)."""
         self.ledger.record_sent(rid, expiry_s, phase, expect, queued)
         self.client.publish(REQUEST_TOPIC, payload, qos=1, properties=v5_properties(
-            REPLY, rid.encode(), expiry_s=expiry_s))
+            self.reply, rid.encode(), expiry_s=expiry_s))
 
     def close(self) -> None:
         self.client.disconnect()
