@@ -41,8 +41,8 @@ from edgevlm.metrics import Metrics
 
 GOLDEN = Path(__file__).parents[1] / "fixtures" / "homeassistant"
 
-COMMON = {"name", "unique_id", "default_entity_id", "availability", "availability_mode",
-          "availability_topic", "availability_template", "payload_available",
+COMMON = {"name", "unique_id", "default_entity_id", "object_id", "availability",
+          "availability_mode", "availability_topic", "availability_template", "payload_available",
           "payload_not_available", "device", "origin", "enabled_by_default", "entity_category",
           "entity_picture", "icon", "json_attributes_topic", "json_attributes_template", "qos",
           "encoding", "message_expiry_interval", "visible_by_default"}
@@ -61,9 +61,17 @@ PLATFORMS: dict[str, tuple[set[str], set[str]]] = {  # platform: (required, acce
     "switch": ({"command_topic"}, {"command_topic", "command_template", "state_topic",
                                    "value_template", "payload_on", "payload_off", "state_on",
                                    "state_off", "optimistic", "retain", "device_class"}),
+    "text": ({"command_topic"}, {"command_topic", "command_template", "state_topic",
+                                 "value_template", "min", "max", "mode", "pattern", "retain"}),
+    "number": ({"command_topic"}, {"command_topic", "command_template", "state_topic",
+                                   "value_template", "min", "max", "step", "mode", "retain",
+                                   "optimistic", "payload_reset", "device_class",
+                                   "unit_of_measurement"}),
 }
-DEVICE_CLASSES = {"sensor": {"duration", "data_size"}, "binary_sensor": {"running"},
-                  "event": set(), "image": set(), "switch": {"switch", "outlet"}}
+DEVICE_CLASSES = {"sensor": {"duration", "data_size"},
+                  "binary_sensor": {"running", "connectivity"}, "event": set(),
+                  "image": set(), "switch": {"switch", "outlet"}, "text": set(),
+                  "number": set()}
 DURATION_UNITS = {"d", "h", "min", "s", "ms"}
 DEVICE_KEYS = {"identifiers", "connections", "manufacturer", "model", "model_id", "name",
                "hw_version", "serial_number", "sw_version", "via_device", "suggested_area",
@@ -100,7 +108,7 @@ def check_entity(platform: str, config: dict[str, Any]) -> None:
     assert not unknown, f"{platform} does not accept {unknown}"
     assert config["unique_id"] and isinstance(config["name"], str)
     assert re.fullmatch(rf"{platform}\.[a-z0-9_]+", config["default_entity_id"])
-    assert "object_id" not in config
+    assert config["object_id"] == config["default_entity_id"].split(".", 1)[1]
     for key, value in config.items():
         if key.endswith("_topic"):
             assert TOPIC.match(value) and "//" not in value, (key, value)
@@ -163,7 +171,8 @@ def test_checker_rejects_what_home_assistant_would_reject() -> None:
     for broken in ({**base, "stat_topic": "x"}, {k: v for k, v in base.items()
                                                   if k != "state_topic"},
                    {**base, "default_entity_id": "binary_sensor.x"},
-                   {**base, "availability_topic": "a/b"}, {**base, "object_id": "x"}):
+                   {**base, "availability_topic": "a/b"}, {**base, "object_id": "x"},
+                   {**base, "entity_category": "bogus"}):
         with pytest.raises(AssertionError):
             check_entity("sensor", broken)
 
@@ -246,6 +255,7 @@ def test_templates_render_numbers_or_unknown_and_short_text() -> None:
             continue
         topic = config["state_topic"]
         payloads = (sample_payloads() if topic.endswith("bridge/health")
+                    else [{"version": "0.1.0"}] if topic.endswith("bridge/info")
                     else [answer] if topic.endswith("last_answer") else [description])
         for payload in payloads:
             state = render(template, payload)
@@ -278,6 +288,70 @@ def test_golden_copies() -> None:
 
 
 def test_camera_entity_table_is_complete() -> None:
-    assert {d.platform for d in CAMERA_ENTITIES} == {"image", "sensor", "switch"}
+    assert {d.platform for d in CAMERA_ENTITIES} == {"image", "sensor", "switch", "text",
+                                                     "number", "event"}
     no_switch = DiscoveryContext(**{**ctx().__dict__, "camera_switches": False})
     assert not any(c["p"] == "switch" for c in entity_configs(no_switch).values())
+
+
+def test_issue_21_entities() -> None:
+    """Issue 21 (5, 7, 9), checked against Home Assistant's MQTT integration
+    (home-assistant/core homeassistant/components/mqtt/): ``schemas.py``
+    ``MQTT_ENTITY_COMMON_SCHEMA`` (``object_id``, ``entity_category``; before 2025.10 no
+    ``default_entity_id``, so older releases drop it) and ``entity.py``
+    ``init_entity_id_from_config`` (the entity id from ``object_id``); ``event.py``
+    (``event_types``, JSON ``event_type``), ``text.py`` (``min``/``max`` <= 255, ``mode``),
+    ``number.py`` (``min``/``max``/``step``, default max 100), ``binary_sensor.py``
+    (``device_class: connectivity``). Conventions from Zigbee2MQTT
+    ``lib/extension/homeassistant.ts`` ``getBridgeEntity``: ``connection_state``
+    (connectivity, diagnostic, ``availability: false``) and a diagnostic version sensor."""
+    configs = entity_configs(ctx(cameras=("driveway",)))
+    for key in ("ttft_p50", "answer_time_p50", "tokens_per_s", "queue_depth",
+                "cache_hit_rate", "requests", "errors", "memory", "connection_state",
+                "version"):
+        assert configs[key]["entity_category"] == "diagnostic", key
+    for key in ("last_answer", "busy", "answer_ready", "driveway_description"):
+        assert "entity_category" not in configs[key], key
+    conn = configs["connection_state"]
+    assert (conn["p"], conn["device_class"], conn["state_topic"]) == (
+        "binary_sensor", "connectivity", "edgevlm/garage/bridge/state")
+    assert (conn["payload_on"], conn["payload_off"]) == ("online", "offline")
+    assert "availability" not in conn  # else it would be "unavailable", never "off"
+    version = configs["version"]
+    assert version["state_topic"] == "edgevlm/garage/bridge/info"
+    assert render(version["value_template"], {"version": "1.2.3"}) == "1.2.3"
+    for c in configs.values():  # entity ids right before and after HA 2025.10
+        assert c["default_entity_id"] == f"{c['p']}.{c['object_id']}"
+    assert configs["driveway_enabled"]["retain"] is True
+    prompt, tokens = configs["driveway_prompt"], configs["driveway_max_tokens"]
+    assert (prompt["p"], prompt["command_topic"], prompt["state_topic"], prompt["max"]) == (
+        "text", "edgevlm/garage/camera/driveway/prompt/set",
+        "edgevlm/garage/camera/driveway/prompt", 255)
+    assert (tokens["p"], tokens["min"], tokens["max"], tokens["step"]) == ("number", 1, 4096, 1)
+    assert tokens["command_topic"] == "edgevlm/garage/camera/driveway/max_tokens/set"
+    assert prompt["retain"] is tokens["retain"] is True
+    event = configs["driveway_event"]
+    assert event["p"] == "event" and event["state_topic"] == "edgevlm/garage/camera/driveway/event"
+    assert event["event_types"] == ["description_ready", "description_skipped",
+                                    "description_failed"]
+
+
+@pytest.mark.parametrize("form", ["device", "component"])
+def test_a_removed_camera_has_its_components_removed(form: str) -> None:
+    import dataclasses
+
+    c = dataclasses.replace(ctx(form, cameras=("driveway",)), removed_cameras=("porch",))
+    messages = discovery_messages(c)
+    if form == "device":
+        (_, payload), = messages
+        cmps = json.loads(payload)["cmps"]
+        gone = {k: v for k, v in cmps.items() if k.startswith("porch_")}
+        assert len(gone) == len(CAMERA_ENTITIES)
+        assert all(set(v) == {"p"} for v in gone.values())  # HA: only "p" removes it
+        check_messages([(t, json.dumps({**json.loads(p), "cmps": {
+            k: v for k, v in json.loads(p)["cmps"].items() if not k.startswith("porch_")}}
+        ).encode()) for t, p in messages], form)
+    else:
+        empty = [t for t, p in messages if p == b""]
+        assert len(empty) == len(CAMERA_ENTITIES) and all("/porch_" in t for t in empty)
+        check_messages([(t, p) for t, p in messages if p], form)

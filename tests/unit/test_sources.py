@@ -53,6 +53,8 @@ def test_subscriptions_cover_image_set_and_frigate_topics() -> None:
     assert sorted(sources.subscriptions()) == sorted([
         f"{ROOT}/door/image", f"{ROOT}/front/image", "cams/yard/jpeg",
         f"{ROOT}/door/set", f"{ROOT}/front/set", f"{ROOT}/yard/set",
+        *(f"{ROOT}/{cam}/{option}/set" for cam in ("door", "front", "yard")
+          for option in ("prompt", "max_tokens")),
         "frigate/events", "frigate/front/+/snapshot"])
 
 
