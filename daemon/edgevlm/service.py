@@ -29,7 +29,6 @@ from typing import Any
 from . import __version__
 from .admission import RequestSide
 from .cache import VisionCache
-from .camera_options import OptionStore, camera_event
 from .config import Config
 from .engine import Engine
 from .errors import WireError
@@ -151,9 +150,9 @@ class Service:
         self.liveness.add_listener(self._on_serving_changed)
         self.bridge.health_extra = self._health_extra
         self._state_lock = threading.Lock()  # bridge/state: the last one published is current
-        self.camera_options = OptionStore(config.cache.dir)  # edgevlm.camera_options
         self.sources = CameraSources(config.cameras, mqtt.base_topic, self.node_id,
-                                     self._submit_frame, options=self.camera_options)
+                                     self._submit_frame, publish=self._publish_messages)
+        self.queue.on_drop = self._on_dropped_frame
         self.ha_status = homeassistant_status(config.homeassistant.prefix)
         filters = self.topics.request_subscriptions(mqtt.shared_group)
         filters += self.sources.subscriptions()
@@ -352,23 +351,17 @@ class Service:
         self.bridge.publish_info(info_payload(self.config, self.engine, self.topics))
 
     def _publish_camera_states(self) -> None:
-        for topic, payload, retain in [*self.sources.state_messages(),
-                                       *self.sources.option_messages()]:
+        for topic, payload, retain in self.sources.state_messages():
             self.replier.publish(topic, payload, retain=retain)
 
     def _publish_discovery(self) -> None:
         if not self.config.homeassistant.discovery:
             return
-        import dataclasses
-
         from .homeassistant import discovery_context, discovery_messages
 
         ctx = discovery_context(self.config, __version__, self.engine.name)
-        ctx = dataclasses.replace(ctx, removed_cameras=tuple(
-            c for c in self.camera_options.discovered_cameras if c not in ctx.cameras))
         for topic, payload in discovery_messages(ctx):
             self.replier.publish(topic, payload, retain=True)
-        self.camera_options.set_discovered_cameras(ctx.cameras)
 
     def _on_message(self, msg: Incoming) -> None:
         """Network thread: route one message; never raises (the link guards it too)."""
@@ -399,13 +392,24 @@ class Service:
     # ------------------------------------------------------------------ cameras
 
     def _submit_frame(self, frame: CameraFrame) -> None:
-        """A frame from a camera source (network thread): queue it, latest wins."""
+        """A frame from a camera source (network thread): queue it. Plain frames: latest
+        wins. Frigate events: each on its own, at most ``EVENT_QUEUE_PER_CAMERA`` per camera,
+        each with a deadline; a dropped one gets its ``skipped`` record."""
         import base64
+
+        from .frigate import EVENT_DEADLINE_S, EVENT_QUEUE_PER_CAMERA
 
         request = parse_request({"messages": [{"role": "user", "content": [
             {"type": "image", "image": {"b64": base64.b64encode(frame.image).decode()}},
             {"type": "text", "text": frame.prompt}]}], "max_tokens": frame.max_tokens})
-        job = CameraJob(frame, request, time.monotonic())
+        now = time.monotonic()
+        if frame.event_id is not None:
+            job = CameraJob(frame, request, now, deadline=now + EVENT_DEADLINE_S)
+            if not self.queue.put_event(f"camera:{frame.camera}", EVENT_QUEUE_PER_CAMERA, job):
+                self._on_dropped_frame(job, "queue_full")
+            self.metrics.set_queue_depth(len(self.queue))
+            return
+        job = CameraJob(frame, request, now)
         accepted, replaced = self.queue.put_latest(f"camera:{frame.camera}", job)
         if replaced is not None:
             log.info("camera %s: a newer frame replaced the one still waiting", frame.camera)
@@ -413,15 +417,27 @@ class Service:
             log.info("camera %s: queue full, frame dropped", frame.camera)
         self.metrics.set_queue_depth(len(self.queue))
 
+    def _on_dropped_frame(self, job: CameraJob, reason: str) -> None:
+        """A queued Frigate event that will not run: its ``skipped`` record."""
+        from .frigate import EVENT_DEADLINE_S, EVENT_QUEUE_PER_CAMERA
+
+        detail = {"queue_full": f"more than {EVENT_QUEUE_PER_CAMERA} events of this camera "
+                                "waited for the model; the oldest is skipped",
+                  "deadline": f"not started within {EVENT_DEADLINE_S:g} s of its arrival",
+                  "stopping": "the daemon stopped before describing it"}.get(reason, reason)
+        log.info("camera %s: frigate event %s skipped (%s)", job.frame.camera,
+                 job.frame.event_id, reason)
+        self._publish_messages(self.sources.frame_record(job.frame, reason, detail))
+
+    def _publish_messages(self, messages: list[tuple[str, bytes, bool]]) -> None:
+        for topic, payload, retain in messages:
+            self.replier.publish(topic, payload, retain=retain)
+
     def _on_camera(self, frame: CameraFrame, text: str | None, error: WireError | None,
                    metrics: dict[str, float]) -> None:
         for topic, payload, retain in self.sources.result_messages(
                 frame, text, error, self.engine.name, metrics):
             self.replier.publish(topic, payload, retain=retain)
-        if error is None and text is not None:  # the camera's HA event entity
-            self.replier.publish(*camera_event(
-                self.sources.option_topic(frame.camera, "event"), "description_ready",
-                frame.camera, frame.label, frame.event_id, text), retain=False)
 
 
 def serve_main(config: Config) -> int:
