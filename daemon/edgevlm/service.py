@@ -29,6 +29,7 @@ from typing import Any
 from . import __version__
 from .admission import RequestSide
 from .cache import VisionCache
+from .camera_options import OptionStore, camera_event
 from .config import Config
 from .engine import Engine
 from .errors import WireError
@@ -150,8 +151,10 @@ class Service:
         self.liveness.add_listener(self._on_serving_changed)
         self.bridge.health_extra = self._health_extra
         self._state_lock = threading.Lock()  # bridge/state: the last one published is current
+        self.camera_options = OptionStore(config.cache.dir)  # edgevlm.camera_options
         self.sources = CameraSources(config.cameras, mqtt.base_topic, self.node_id,
-                                     self._submit_frame, publish=self._publish_messages)
+                                     self._submit_frame, options=self.camera_options,
+                                     publish=self._publish_messages)
         self.queue.on_drop = self._on_dropped_frame
         self.ha_status = homeassistant_status(config.homeassistant.prefix)
         filters = self.topics.request_subscriptions(mqtt.shared_group)
@@ -351,17 +354,23 @@ class Service:
         self.bridge.publish_info(info_payload(self.config, self.engine, self.topics))
 
     def _publish_camera_states(self) -> None:
-        for topic, payload, retain in self.sources.state_messages():
+        for topic, payload, retain in [*self.sources.state_messages(),
+                                       *self.sources.option_messages()]:
             self.replier.publish(topic, payload, retain=retain)
 
     def _publish_discovery(self) -> None:
         if not self.config.homeassistant.discovery:
             return
+        import dataclasses
+
         from .homeassistant import discovery_context, discovery_messages
 
         ctx = discovery_context(self.config, __version__, self.engine.name)
+        ctx = dataclasses.replace(ctx, removed_cameras=tuple(
+            c for c in self.camera_options.discovered_cameras if c not in ctx.cameras))
         for topic, payload in discovery_messages(ctx):
             self.replier.publish(topic, payload, retain=True)
+        self.camera_options.set_discovered_cameras(ctx.cameras)
 
     def _on_message(self, msg: Incoming) -> None:
         """Network thread: route one message; never raises (the link guards it too)."""
@@ -438,6 +447,10 @@ class Service:
         for topic, payload, retain in self.sources.result_messages(
                 frame, text, error, self.engine.name, metrics):
             self.replier.publish(topic, payload, retain=retain)
+        if error is None and text is not None:  # the camera's HA event entity
+            self.replier.publish(*camera_event(
+                self.sources.option_topic(frame.camera, "event"), "description_ready",
+                frame.camera, frame.label, frame.event_id, text), retain=False)
 
 
 def serve_main(config: Config) -> int:

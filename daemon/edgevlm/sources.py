@@ -14,7 +14,9 @@ Two ways a frame reaches the model, both per configured camera (``cameras:`` in 
 
 Prompts take ``{camera}``, ``{label}`` and ``{sub_label}`` placeholders; a per-label prompt
 overrides the camera's prompt. Cameras are switched with ``ON``/``OFF`` on ``.../set`` and
-report it retained on ``.../state``. The service turns each :class:`CameraFrame` into a
+report it retained on ``.../state``; the prompt and ``max_tokens`` are set on
+``.../prompt/set`` and ``.../max_tokens/set`` (:mod:`edgevlm.camera_options`: validation and
+the rule that keeps them across restarts). The service turns each :class:`CameraFrame` into a
 describe request and publishes :meth:`CameraSources.result_messages` after the answer.
 This module keeps state (enabled flags, the events already decided) behind a lock:
 ``handle`` runs on the network thread, ``result_messages`` on the worker.
@@ -34,6 +36,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from .camera_options import OptionStore, OverriddenCamera, encode_option, parse_option
 from .errors import WireError
 from .frigate import FrigateEvent, FrigateJoin, FrigateObject, Skip
 from .mqtt.topics import Topics, has_wildcards
@@ -113,19 +116,26 @@ class CameraSources:
     def __init__(self, cameras: Mapping[str, CameraSettings], base_topic: str, node_id: str,
                  submit: Callable[[CameraFrame], None], *, snapshot_wait_s: float = 5.0,
                  publish: Callable[[list[Message]], None] | None = None,
-                 wall: Callable[[], float] = time.time) -> None:
-        self._cameras = dict(cameras)
+                 wall: Callable[[], float] = time.time,
+                 options: OptionStore | None = None) -> None:
+        self._options = options if options is not None else OptionStore(None)
+        self._base = dict(cameras)
+        self._cameras: dict[str, CameraSettings] = {
+            name: self._overridden(name) for name in self._base}
         self._topics = Topics(base_topic, node_id)
         self._submit = submit
         self._publish = publish or (lambda messages: None)
         self._lock = threading.Lock()
-        self._enabled = {name: cfg.enabled for name, cfg in self._cameras.items()}
+        self._enabled: dict[str, bool] = {name: self._saved(name, "enabled", cfg.enabled)
+                         for name, cfg in self._cameras.items()}
         self._image_topics: dict[str, str] = {}
-        self._set_topics: dict[str, str] = {}
+        self._set_topics: dict[str, tuple[str, str]] = {}  # command topic -> (camera, option)
         self._frigate_prefixes: dict[str, set[str]] = {}
         for name, cfg in self._cameras.items():
             self._image_topics[cfg.topic or self._topics.camera(name, "image")] = name
-            self._set_topics[self._topics.camera(name, "set")] = name
+            self._set_topics[self._topics.camera(name, "set")] = (name, "enabled")
+            for option in ("prompt", "max_tokens"):
+                self._set_topics[self._topics.camera(name, f"{option}/set")] = (name, option)
             if cfg.frigate:
                 self._frigate_prefixes.setdefault(cfg.frigate_prefix, set()).add(name)
         self._join = FrigateJoin(self._describe_event, self._skip_event,
@@ -145,17 +155,41 @@ class CameraSources:
 
     def subscriptions(self) -> list[str]:
         """Topic filters to subscribe to (image topics, set topics, Frigate topics)."""
-        topics = [*self._image_topics, *self._set_topics]
+        topics = [*self._set_topics, *self._image_topics]  # retained commands before frames
         for prefix, names in sorted(self._frigate_prefixes.items()):
             topics.append(f"{prefix}/events")
             topics += [f"{prefix}/{name}/+/snapshot" for name in sorted(names)]
         return topics
+
+    def option_topic(self, camera: str, option: str) -> str:
+        """Where an option's value is reported (retained): ``state`` for ``enabled``."""
+        return self.state_topic(camera) if option == "enabled" else self._topics.camera(
+            camera, option)
 
     def state_messages(self) -> list[Message]:
         """The retained ``.../state`` of every camera (publish on every connect)."""
         with self._lock:
             return [(self.state_topic(name), b"ON" if on else b"OFF", True)
                     for name, on in self._enabled.items()]
+
+    def option_messages(self) -> list[Message]:
+        """The retained ``.../prompt`` and ``.../max_tokens`` of every camera (publish on
+        every connect, with :meth:`state_messages`)."""
+        with self._lock:
+            out: list[Message] = []
+            for name, cfg in self._cameras.items():
+                out += [(self.option_topic(name, "prompt"), cfg.prompt.encode(), True),
+                        (self.option_topic(name, "max_tokens"), str(cfg.max_tokens).encode(),
+                         True)]
+            return out
+
+    def _saved(self, camera: str, option: str, default: Any) -> Any:
+        value = self._options.get(camera, option)
+        return default if value is None else value
+
+    def _overridden(self, camera: str) -> OverriddenCamera:
+        return OverriddenCamera(self._base[camera], self._options.get(camera, "prompt"),
+                                self._options.get(camera, "max_tokens"))
 
     def is_enabled(self, camera: str) -> bool:
         with self._lock:
@@ -167,7 +201,7 @@ class CameraSources:
                ) -> list[Message] | None:
         """None when ``topic`` is not a camera topic; else the messages to publish now.
         Frames to describe go to ``submit``. ``retained``: the broker replayed a retained
-        message on subscribing. Never raises."""
+        message on subscribing (see :mod:`edgevlm.camera_options`). Never raises."""
         try:
             return self._route(topic, payload, retained)
         except Exception:
@@ -176,9 +210,9 @@ class CameraSources:
 
     def _route(self, topic: str, payload: bytes, retained: bool = False
                ) -> list[Message] | None:
-        camera = self._set_topics.get(topic)
-        if camera is not None:
-            return self._on_set(camera, payload)
+        command = self._set_topics.get(topic)
+        if command is not None:
+            return self._on_set(*command, payload, retained)
         camera = self._image_topics.get(topic) or self._wildcard_image_camera(topic)
         if camera is not None:
             self._on_image(camera, payload)
@@ -203,18 +237,30 @@ class CameraSources:
                 return camera
         return None
 
-    def _on_set(self, camera: str, payload: bytes) -> list[Message]:
-        command = payload.decode("utf-8", "replace").strip().upper()
-        if command not in ("ON", "OFF"):
-            log.warning("camera %s: ignored %r on its set topic; send ON or OFF",
-                        camera, payload[:32])
+    def _on_set(self, camera: str, option: str, payload: bytes, retained: bool = False
+                ) -> list[Message]:
+        value = parse_option(option, payload)
+        if value is None:
+            if payload:  # empty: a retained command being cleared
+                log.warning("camera %s: ignored %r on its %s command topic (%s)", camera,
+                            payload[:32], option, "send ON or OFF" if option == "enabled"
+                            else "see docs/homeassistant.md for the valid values")
+            return []
+        if retained and self._options.has(camera, option):
+            log.info("camera %s: the broker's retained %s command is older than the saved "
+                     "value; ignored", camera, option)
             return []
         with self._lock:
-            self._enabled[camera] = command == "ON"
-            if command == "OFF":
-                self._drop_pending(camera)
-        log.info("camera %s switched %s", camera, command)
-        return [(self.state_topic(camera), command.encode(), True)]
+            self._options.set(camera, option, value)
+            if option == "enabled":
+                self._enabled[camera] = value
+                if not value:
+                    self._drop_pending(camera)
+            else:
+                self._cameras[camera] = self._overridden(camera)
+        log.info("camera %s: %s set to %r%s", camera, option, value,
+                 " (retained command)" if retained else "")
+        return [(self.option_topic(camera, option), encode_option(option, value), True)]
 
     def _on_image(self, camera: str, payload: bytes) -> None:
         if not payload:
