@@ -116,7 +116,7 @@ class CameraSources:
     def __init__(self, cameras: Mapping[str, CameraSettings], base_topic: str, node_id: str,
                  submit: Callable[[CameraFrame], None], *, snapshot_wait_s: float = 5.0,
                  publish: Callable[[list[Message]], None] | None = None,
-                 wall: Callable[[], float] = time.time,
+                 clock: Callable[[], float] = time.time,
                  options: OptionStore | None = None) -> None:
         self._options = options if options is not None else OptionStore(None)
         self._base = dict(cameras)
@@ -139,7 +139,7 @@ class CameraSources:
             if cfg.frigate:
                 self._frigate_prefixes.setdefault(cfg.frigate_prefix, set()).add(name)
         self._join = FrigateJoin(self._describe_event, self._skip_event,
-                                 wait_s=snapshot_wait_s, wall=wall)
+                                 wait_s=snapshot_wait_s, wall=clock)
         self._described: OrderedDict[str, None] = OrderedDict()  # events with their record
 
     # ------------------------------------------------------------------ topics
