@@ -344,6 +344,22 @@ def demo_engine() -> Any:
 
 
 @pytest.fixture
+def engine_calls(demo_engine: Any, monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
+    """Request ids in the order the engine ran them."""
+    calls: list[str | None] = []
+    lock = threading.Lock()
+    original = demo_engine.generate_prepared
+
+    def counting(request: Any, *args: Any, **kwargs: Any) -> Any:
+        with lock:
+            calls.append(request.id)
+        return original(request, *args, **kwargs)
+
+    monkeypatch.setattr(demo_engine, "generate_prepared", counting)
+    return calls
+
+
+@pytest.fixture
 def make_service(make_config: Callable[..., Config], demo_engine: Any
                  ) -> Iterator[Callable[..., Any]]:
     """Factory of started in-process Services on ``broker`` with the shared demo engine;

@@ -29,22 +29,6 @@ def ask(rid: str, **fields: Any) -> dict[str, Any]:
     return user_request(text(f"question {rid}"), id=rid, max_tokens=4, **fields)
 
 
-@pytest.fixture
-def engine_calls(demo_engine: Any, monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
-    """Request ids in the order the engine ran them."""
-    calls: list[str | None] = []
-    lock = threading.Lock()
-    original = demo_engine.generate_prepared
-
-    def counting(request: Any, *args: Any, **kwargs: Any) -> Any:
-        with lock:
-            calls.append(request.id)
-        return original(request, *args, **kwargs)
-
-    monkeypatch.setattr(demo_engine, "generate_prepared", counting)
-    return calls
-
-
 def answers(client: Any, count: int = 1) -> dict[str, dict[str, Any]]:
     return {a["id"]: a for a in client.inbox.json(REPLY, count=count)}
 

@@ -34,6 +34,7 @@ mqtt_client = mqtt_fixtures.mqtt_client
 make_config = mqtt_fixtures.make_config
 demo_engine = mqtt_fixtures.demo_engine
 make_service = mqtt_fixtures.make_service
+engine_calls = mqtt_fixtures.engine_calls
 
 FIXTURE_PHOTO = Path(__file__).parent.parent / "fixtures" / "images" / "rgb_640x480.jpg"
 FRAME_BYTES = 100_000

@@ -20,7 +20,6 @@ import gc
 import json
 import logging
 import sys
-import threading
 import tracemalloc
 import types
 from collections.abc import Iterator
@@ -69,22 +68,6 @@ def answer_on(client: MqttTestClient, topic: str, correlation: bytes) -> dict[st
     message = client.inbox.wait(topic, where=lambda m: getattr(
         m.properties, "CorrelationData", None) == correlation)[0]
     return json.loads(message.payload)  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def engine_calls(demo_engine: Any, monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
-    """Request ids in the order the engine ran them."""
-    calls: list[str | None] = []
-    lock = threading.Lock()
-    original = demo_engine.generate_prepared
-
-    def counting(request: Any, *args: Any, **kwargs: Any) -> Any:
-        with lock:
-            calls.append(request.id)
-        return original(request, *args, **kwargs)
-
-    monkeypatch.setattr(demo_engine, "generate_prepared", counting)
-    return calls
 
 
 # --------------------------------------------------------------------------- memory bounds
