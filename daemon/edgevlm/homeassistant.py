@@ -90,6 +90,19 @@ def _health(path: str) -> str:
 
 
 _TEXT = f"{{{{ (value_json.text or '')[:{STATE_MAX}] }}}}"
+# A Frigate event's skipped/failed record (non-retained, with ``status``) shares the
+# description topic: the sensor keeps its state and attributes for it. ``this`` is the
+# entity's current state, which HA's MqttValueTemplate passes to value and attribute
+# templates (homeassistant/components/mqtt/models.py, ATTR_THIS). While the entity is
+# unknown or unavailable (a camera switched off: its ``camera_off`` records) ``this`` holds
+# no description: the state becomes unknown ("None", HA's PAYLOAD_NONE) and the attributes
+# empty, never the literal word "unavailable".
+_KEEP = "value_json.status is defined"
+_HAS_STATE = "this.state not in ('unknown', 'unavailable')"
+_DESCRIPTION = (f"{{{{ (this.state if {_HAS_STATE} else 'None') if {_KEEP} "
+                f"else (value_json.text or '')[:{STATE_MAX}] }}}}")
+_DESCRIPTION_ATTRIBUTES = (f"{{{{ (this.attributes if {_HAS_STATE} else {{}}) | tojson "
+                           f"if {_KEEP} else value }}}}")
 _MEASURE = {"state_topic": "bridge/health", "state_class": "measurement",
             "entity_category": "diagnostic"}
 _DIAGNOSTIC = {"entity_category": "diagnostic"}
@@ -151,8 +164,9 @@ CAMERA_ENTITIES: tuple[EntityDescription, ...] = (
         "image_topic": "camera/{cam}/snapshot", "content_type": "image/jpeg"},
         camera_availability=True),
     EntityDescription("description", "sensor", "{title} description", {
-        "state_topic": "camera/{cam}/description", "value_template": _TEXT,
-        "json_attributes_topic": "camera/{cam}/description", "icon": "mdi:cctv"},
+        "state_topic": "camera/{cam}/description", "value_template": _DESCRIPTION,
+        "json_attributes_topic": "camera/{cam}/description",
+        "json_attributes_template": _DESCRIPTION_ATTRIBUTES, "icon": "mdi:cctv"},
         camera_availability=True),
     EntityDescription("enabled", "switch", "{title} analysis", {
         "command_topic": "camera/{cam}/set", "state_topic": "camera/{cam}/state",

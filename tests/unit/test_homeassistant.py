@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -226,9 +227,66 @@ def test_removal_messages_empty_every_discovery_topic() -> None:
         assert all(payload == b"" for _, payload in removed)
 
 
-def render(template: str, payload: Any) -> str:
+def render(template: str, payload: Any, this: Any = None) -> str:
+    """As HA's ``MqttValueTemplate`` renders it: ``value``, ``value_json`` and ``this`` (the
+    entity's current state object; homeassistant/components/mqtt/models.py, ATTR_THIS)."""
     env = jinja2.sandbox.ImmutableSandboxedEnvironment()
-    return env.from_string(template).render(value=json.dumps(payload), value_json=payload)
+    variables = {"value": json.dumps(payload), "value_json": payload}
+    if this is not None:
+        variables["this"] = this
+    return env.from_string(template).render(**variables)
+
+
+@dataclass
+class HAState:
+    """What ``this`` is in an MQTT template: the entity's state and attributes."""
+
+    state: str
+    attributes: dict[str, Any]
+
+
+# homeassistant/components/mqtt/const.py MQTT_ATTRIBUTES_BLOCKED (a part): HA's own
+# attributes, dropped from a json_attributes message
+HA_OWN_ATTRIBUTES = {"friendly_name", "icon", "device_class", "unit_of_measurement"}
+
+
+def receive(config: dict[str, Any], entity: HAState, payload: dict[str, Any]) -> HAState:
+    """One message on the sensor's state + attributes topic, as HA's MQTT sensor handles it
+    (value_template -> state; json_attributes_template -> a dict, blocked keys dropped)."""
+    state = render(config["value_template"], payload, entity)
+    attributes = json.loads(render(config["json_attributes_template"], payload, entity))
+    assert isinstance(attributes, dict)
+    kept = {k: v for k, v in attributes.items() if k not in HA_OWN_ATTRIBUTES}
+    return HAState(state, {**{k: entity.attributes[k] for k in HA_OWN_ATTRIBUTES
+                              if k in entity.attributes}, **kept})
+
+
+def test_a_skipped_or_failed_record_leaves_the_description_sensor_as_it_was() -> None:
+    """Issue 21 (7): a Frigate event's ``skipped``/``failed`` record is on the description
+    topic (non-retained); the sensor keeps the last description and its attributes."""
+    config = entity_configs(ctx(cameras=("driveway",)))["driveway_description"]
+    assert "this.state" in config["value_template"]
+    entity = HAState("unknown", {"friendly_name": "Driveway description", "icon": "mdi:cctv"})
+    good = {"camera": "driveway", "label": "car", "event_id": "e1", "text": "A red car.",
+            "model": "m", "metrics": {"total_ms": 900.0}, "at": "2026-11-30T12:00:00.000Z",
+            "type": "description", "id": "e1", "description": "A red car."}
+    entity = receive(config, entity, good)
+    assert entity.state == "A red car." and entity.attributes["event_id"] == "e1"
+    before = HAState(entity.state, dict(entity.attributes))
+    for status, reason in (("skipped", "no_snapshot"), ("failed", "busy")):
+        record = {"camera": "driveway", "label": "person", "event_id": "e2", "id": "e2",
+                  "status": status, "reason": reason, "detail": "...", "text": None,
+                  "at": "2026-11-30T12:01:00.000Z"}
+        entity = receive(config, entity, record)
+        assert entity == before, status
+    entity = receive(config, entity, {**good, "text": "A blue car.", "event_id": "e3"})
+    assert entity.state == "A blue car." and entity.attributes["event_id"] == "e3"
+    assert entity.attributes["friendly_name"] == "Driveway description"
+    skipped = {"camera": "driveway", "event_id": "e4", "status": "skipped",
+               "reason": "camera_off", "text": None}
+    for shown in ("unknown", "unavailable"):  # no description yet / camera switched off
+        nothing = receive(config, HAState(shown, {"friendly_name": "D"}), skipped)
+        assert nothing == HAState("None", {"friendly_name": "D"}), shown  # "None": unknown
 
 
 def sample_payloads() -> list[dict[str, Any]]:
