@@ -36,7 +36,13 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from .camera_options import OptionStore, OverriddenCamera, encode_option, parse_option
+from .camera_options import (
+    OptionStore,
+    OverriddenCamera,
+    camera_event,
+    encode_option,
+    parse_option,
+)
 from .errors import WireError
 from .frigate import FrigateEvent, FrigateJoin, FrigateObject, Skip
 from .mqtt.topics import Topics, has_wildcards
@@ -370,11 +376,18 @@ class CameraSources:
         """The record of a Frigate event that gets no description: on the description topic,
         not retained (the retained description stays the last good one), with ``status``
         ``skipped`` (never run: ``no_snapshot``, ``stale_snapshot``, ``queue_full``,
-        ``deadline``, ``stopping``, ``camera_off``) or ``failed`` (the model's error type)."""
+        ``deadline``, ``stopping``, ``camera_off``) or ``failed`` (the model's error type).
+        The camera's Home Assistant ``event`` entity fires ``description_skipped`` /
+        ``description_failed`` with the same label, event id and reason (not retained);
+        the description sensor's templates keep its state for a record with ``status``."""
         body = {"camera": camera, "label": label, "event_id": event_id, "id": event_id,
                 "status": status, "reason": reason, "detail": detail, "text": None,
                 "at": datetime.now(UTC).isoformat(timespec="milliseconds")}
-        return [(self.description_topic(camera), json.dumps(body).encode(), False)]
+        event_topic, event = camera_event(self.option_topic(camera, "event"),
+                                          f"description_{status}", camera, label, event_id,
+                                          None, reason)
+        return [(self.description_topic(camera), json.dumps(body).encode(), False),
+                (event_topic, event, False)]
 
     def frame_record(self, frame: CameraFrame, reason: str, detail: str) -> list[Message]:
         """``skipped`` record of a queued event frame that will not run; [] for plain frames."""
