@@ -413,3 +413,39 @@ def test_a_removed_camera_has_its_components_removed(form: str) -> None:
         empty = [t for t, p in messages if p == b""]
         assert len(empty) == len(CAMERA_ENTITIES) and all("/porch_" in t for t in empty)
         check_messages([(t, p) for t, p in messages if p], form)
+
+
+BLUEPRINTS = Path(__file__).parents[2] / "integration/homeassistant/blueprints/automation/edgevlm"
+
+
+def test_the_frigate_blueprint_triggers_on_the_camera_event_entity() -> None:
+    """Issue 21 (8): a second blueprint notifies on Frigate's ``new`` with a ``tag`` and
+    replaces it when the camera's event entity fires (ready/skipped/failed), instead of
+    waiting a fixed time after motion (Frigate's ``end`` often comes 30-60 s later)."""
+    from tests.unit.test_homeassistant_integration import discovered_entity_ids, load
+
+    bp = load(BLUEPRINTS / "describe_frigate_event.yaml")
+    meta = bp["blueprint"]
+    assert meta["domain"] == "automation"
+    versions = {load(p)["blueprint"]["homeassistant"]["min_version"]
+                for p in BLUEPRINTS.glob("*.yaml")}
+    assert versions == {"2024.11.0"}  # device discovery; the same in docs/homeassistant.md
+    event_input = meta["input"]["camera_event"]
+    assert event_input["default"] in discovered_entity_ids()
+    assert event_input["default"].startswith("event.") and event_input["default"].endswith(
+        "_driveway_event")
+    triggers = {t["id"]: t for t in bp["triggers"]}
+    edgevlm = triggers["edgevlm"]
+    assert (edgevlm["trigger"], edgevlm["entity_id"]) == ("state", {"!input": "camera_event"})
+    assert {"unavailable", "unknown"} <= set(edgevlm["not_from"]) & set(edgevlm["not_to"])
+    frigate = triggers["frigate_new"]
+    assert frigate["trigger"] == "mqtt" and meta["input"][frigate["topic"]["!input"]][
+        "default"] == "frigate/events"
+    notifications = [step for option in bp["actions"][0]["choose"]
+                     for step in option["sequence"] if "action" in step]
+    assert len(notifications) == 2
+    tags = [n["data"]["data"]["tag"] for n in notifications]
+    assert tags == ["{{ trigger.payload_json.after.id }}", "{{ fired.event_id }}"]
+    text = (BLUEPRINTS / "describe_frigate_event.yaml").read_text(encoding="utf-8")
+    assert "description_ready" in text
+    assert "fired.reason" in text  # skipped/failed say why
