@@ -35,6 +35,10 @@ waits until the window closes, at most ``wait_s``; then it is *skipped* with the
 outside the window or replayed). A skipped ``new``/``update`` event is left for its ``end``
 event when that type is configured too; otherwise the skip is final and reported.
 
+With ``frigate.url`` set (:mod:`edgevlm.frigate_api`), an event's image is fetched from Frigate
+instead (``GET /api/events/<id>/snapshot.jpg``); when that fails, the MQTT snapshot that the
+rule above accepts right away, else the event is skipped (``fetch_failed``).
+
 This class keeps the snapshots and the waiting events; :class:`edgevlm.sources.CameraSources`
 decides which events count and turns the outcome into work or a ``skipped`` record.
 """
@@ -141,6 +145,8 @@ class FrigateJoin:
     skew_s: float = CLOCK_SKEW_S
     latency_s: float = SNAPSHOT_LATENCY_S
     wall: Callable[[], float] = time.time
+    fetch: Callable[[str], bytes] | None = None  # an event id -> its image (Frigate's API)
+    run: Callable[[Callable[[], None]], bool] | None = None  # runs fetch off this thread
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _snapshots: dict[tuple[str, str], deque[Snapshot]] = field(default_factory=dict)
     _waiting: dict[str, _Waiting] = field(default_factory=dict)
@@ -192,8 +198,36 @@ class FrigateJoin:
             self._try(w.event, w.final, waited=False)
 
     def event(self, event: FrigateObject, final: bool) -> None:
-        """A new/update/end message that counts; ``final``: no later message will decide."""
+        """A new/update/end message that counts; ``final``: no later message will decide.
+        With Frigate's API (``fetch``), the event's own image is fetched on ``run``'s thread."""
+        if self.fetch is not None and self.run is not None:
+            if not self.run(lambda: self._fetched(event, final)):
+                self._fallback(event, final, "too many events waited for Frigate's API")
+            return
         self._try(event, final, waited=False)
+
+    def _fetched(self, event: FrigateObject, final: bool) -> None:
+        assert self.fetch is not None
+        try:
+            image = self.fetch(event.id)
+        except Exception as exc:
+            self._fallback(event, final, str(exc))
+            return
+        self.describe(event, image)
+
+    def _fallback(self, event: FrigateObject, final: bool, detail: str) -> None:
+        """Frigate's API gave no image: the MQTT snapshot of the event's best frame, if one
+        arrived (the rule above, without waiting), else a ``fetch_failed`` record."""
+        found, _ = self.pick(event)
+        if found is not None:
+            log.info("frigate event %s: no image from Frigate's API (%s); described from "
+                     "its MQTT snapshot", event.id, detail)
+            self.describe(event, found.image)
+        elif final:
+            log.info("frigate event %s not described: Frigate's API gave no image (%s)",
+                     event.id, detail)
+            self.skip(Skip(event, "fetch_failed", f"Frigate's API gave no image of the "
+                           f"event ({detail}) and no MQTT snapshot of its best frame arrived"))
 
     def _try(self, event: FrigateObject, final: bool, waited: bool) -> None:
         found, why = self.pick(event)

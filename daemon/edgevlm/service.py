@@ -33,6 +33,7 @@ from .camera_options import OptionStore, camera_event
 from .config import Config
 from .engine import Engine
 from .errors import WireError
+from .frigate_api import FetchThread, FrigateAPI
 from .liveness import Liveness, LivenessPolicy
 from .memory import reuse_image_buffers
 from .metrics import Metrics
@@ -89,6 +90,16 @@ def load_engine(config: Config) -> Engine:
     return engine
 
 
+def frigate_api(config: Config) -> tuple[FrigateAPI | None, FetchThread | None]:
+    """Frigate's HTTP API and the thread its calls run on, when ``frigate.url`` is set."""
+    frigate = config.frigate
+    if frigate.url is None:
+        return None, None
+    log.info("frigate events: images from %s (%s)%s", frigate.url, frigate.fetch,
+             ", descriptions written back" if frigate.write_description else "")
+    return FrigateAPI.from_config(frigate, config.limits.max_part_bytes), FetchThread()
+
+
 class StartupFailure(Exception):
     """The broker refused us at start-up in a way retrying cannot fix (login, TLS, ACL)."""
 
@@ -140,7 +151,7 @@ class Service:
                              mqtt.health_interval_s)
         self.worker = Worker(self.engine, context, self.queue, self.replier, self.dedupe,
                              self.metrics, on_answer=self.bridge.publish_answer,
-                             on_camera=self._on_camera, on_busy=self.bridge.publish_busy,
+                             on_camera=self._on_described, on_busy=self.bridge.publish_busy,
                              share_request_answers=mqtt.share_request_answers,
                              test_delay_s=float(os.environ.get(TEST_DELAY_ENV, "0")) / 1e3)
         # Whether the daemon can serve (edgevlm.liveness): bridge/state, bridge/health and the
@@ -152,9 +163,14 @@ class Service:
         self.bridge.health_extra = self._health_extra
         self._state_lock = threading.Lock()  # bridge/state: the last one published is current
         self.camera_options = OptionStore(config.cache.dir)  # edgevlm.camera_options
+        self.frigate_api, self.frigate_calls = frigate_api(config)
         self.sources = CameraSources(config.cameras, mqtt.base_topic, self.node_id,
                                      self._submit_frame, options=self.camera_options,
-                                     publish=self._publish_messages)
+                                     publish=self._publish_messages,
+                                     fetch_image=self.frigate_api.event_image
+                                     if self.frigate_api else None,
+                                     run_fetch=self.frigate_calls.submit
+                                     if self.frigate_calls else None)
         self.queue.on_drop = self._on_dropped_frame
         self.ha_status = homeassistant_status(config.homeassistant.prefix)
         filters = self.topics.request_subscriptions(mqtt.shared_group)
@@ -230,6 +246,8 @@ class Service:
                 self.bridge.stop()
                 self._publish_offline()
                 self.link.stop()
+            if self.frigate_calls is not None:
+                self.frigate_calls.stop()
             if self._announcer is not None:
                 self._announcer.stop()
             self._online.clear()
@@ -441,6 +459,19 @@ class Service:
     def _publish_messages(self, messages: list[tuple[str, bytes, bool]]) -> None:
         for topic, payload, retain in messages:
             self.replier.publish(topic, payload, retain=retain)
+
+    def _on_described(self, frame: CameraFrame, text: str | None, error: WireError | None,
+                      metrics: dict[str, float]) -> None:
+        """Worker: publish the result; with ``frigate.write_description``, hand the
+        description of a Frigate event to the Frigate API thread (POSTed back there)."""
+        self._on_camera(frame, text, error, metrics)
+        api, calls = self.frigate_api, self.frigate_calls
+        if (api is not None and calls is not None and api.write_description
+                and frame.event_id is not None and error is None and text is not None):
+            event_id, described = frame.event_id, text
+            if not calls.submit(lambda: api.set_description(event_id, described)):
+                log.warning("frigate event %s: description not written back (the Frigate "
+                            "API queue is full)", event_id)
 
     def _on_camera(self, frame: CameraFrame, text: str | None, error: WireError | None,
                    metrics: dict[str, float]) -> None:

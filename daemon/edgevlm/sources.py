@@ -123,7 +123,9 @@ class CameraSources:
                  submit: Callable[[CameraFrame], None], *, snapshot_wait_s: float = 5.0,
                  publish: Callable[[list[Message]], None] | None = None,
                  clock: Callable[[], float] = time.time,
-                 options: OptionStore | None = None) -> None:
+                 options: OptionStore | None = None,
+                 fetch_image: Callable[[str], bytes] | None = None,
+                 run_fetch: Callable[[Callable[[], None]], bool] | None = None) -> None:
         self._options = options if options is not None else OptionStore(None)
         self._base = dict(cameras)
         self._cameras: dict[str, CameraSettings] = {
@@ -145,7 +147,8 @@ class CameraSources:
             if cfg.frigate:
                 self._frigate_prefixes.setdefault(cfg.frigate_prefix, set()).add(name)
         self._join = FrigateJoin(self._describe_event, self._skip_event,
-                                 wait_s=snapshot_wait_s, wall=clock)
+                                 wait_s=snapshot_wait_s, wall=clock, fetch=fetch_image,
+                                 run=run_fetch)
         self._described: OrderedDict[str, None] = OrderedDict()  # events with their record
 
     # ------------------------------------------------------------------ topics
