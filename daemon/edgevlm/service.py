@@ -33,6 +33,7 @@ from .camera_options import OptionStore, camera_event
 from .config import Config
 from .engine import Engine
 from .errors import WireError
+from .event_journal import EventJournal
 from .frigate_api import FetchThread, FrigateAPI
 from .liveness import Liveness, LivenessPolicy
 from .memory import reuse_image_buffers
@@ -164,13 +165,15 @@ class Service:
         self._state_lock = threading.Lock()  # bridge/state: the last one published is current
         self.camera_options = OptionStore(config.cache.dir)  # edgevlm.camera_options
         self.frigate_api, self.frigate_calls = frigate_api(config)
+        self.journal = EventJournal(config.cache.dir)  # edgevlm.event_journal
         self.sources = CameraSources(config.cameras, mqtt.base_topic, self.node_id,
                                      self._submit_frame, options=self.camera_options,
                                      publish=self._publish_messages,
                                      fetch_image=self.frigate_api.event_image
                                      if self.frigate_api else None,
                                      run_fetch=self.frigate_calls.submit
-                                     if self.frigate_calls else None)
+                                     if self.frigate_calls else None,
+                                     journal=self.journal)
         self.queue.on_drop = self._on_dropped_frame
         self.ha_status = homeassistant_status(config.homeassistant.prefix)
         filters = self.topics.request_subscriptions(mqtt.shared_group)
@@ -190,6 +193,7 @@ class Service:
         self._stop_lock = threading.Lock()
         self._started = False
         self._announcer: Any = None
+        self._recovered = False
 
     @property
     def online(self) -> threading.Event:
@@ -248,6 +252,7 @@ class Service:
                 self.link.stop()
             if self.frigate_calls is not None:
                 self.frigate_calls.stop()
+            self.journal.stop()
             if self._announcer is not None:
                 self._announcer.stop()
             self._online.clear()
@@ -367,6 +372,12 @@ class Service:
     def _went_online(self) -> None:
         self._online.set()
         self._settled.set()
+        if not self._recovered:  # events journaled by a run that died: their records
+            self._recovered = True
+            try:
+                self.sources.recover()
+            except Exception:
+                log.exception("recovering the journaled frigate events failed")
 
     def _publish_info(self) -> None:
         self.bridge.publish_info(info_payload(self.config, self.engine, self.topics))
@@ -455,6 +466,7 @@ class Service:
         log.info("camera %s: frigate event %s skipped (%s)", job.frame.camera,
                  job.frame.event_id, reason)
         self._publish_messages(self.sources.frame_record(job.frame, reason, detail))
+        self.journal.done(job.frame.event_id)
 
     def _publish_messages(self, messages: list[tuple[str, bytes, bool]]) -> None:
         for topic, payload, retain in messages:
@@ -482,6 +494,7 @@ class Service:
             self.replier.publish(*camera_event(
                 self.sources.option_topic(frame.camera, "event"), "description_ready",
                 frame.camera, frame.label, frame.event_id, text), retain=False)
+        self.journal.done(frame.event_id)
 
 
 def serve_main(config: Config) -> int:

@@ -44,7 +44,8 @@ from .camera_options import (
     parse_option,
 )
 from .errors import WireError
-from .frigate import FrigateEvent, FrigateJoin, FrigateObject, Skip
+from .event_journal import EventJournal, JournaledEvent
+from .frigate import FrigateEvent, FrigateJoin, FrigateObject, FrigateThumbnail, Skip
 from .mqtt.topics import Topics, has_wildcards
 
 log = logging.getLogger(__name__)
@@ -125,7 +126,9 @@ class CameraSources:
                  clock: Callable[[], float] = time.time,
                  options: OptionStore | None = None,
                  fetch_image: Callable[[str], bytes] | None = None,
-                 run_fetch: Callable[[Callable[[], None]], bool] | None = None) -> None:
+                 run_fetch: Callable[[Callable[[], None]], bool] | None = None,
+                 journal: EventJournal | None = None) -> None:
+        self.journal = journal if journal is not None else EventJournal(None)
         self._options = options if options is not None else OptionStore(None)
         self._base = dict(cameras)
         self._cameras: dict[str, CameraSettings] = {
@@ -313,7 +316,29 @@ class CameraSources:
                 return
         # a new/update event left undecided is decided by its end event, if that counts too
         final = event.type == "end" or "end" not in cfg.frigate_events
+        self.journal.add(JournaledEvent(obj.id, obj.camera, obj.label, obj.start_time,
+                                        obj.end_time, obj.best_frame_time))
         self._join.event(obj, final)
+
+    def recover(self) -> None:
+        """Start-up: every event journaled by an earlier run (killed before its record) gets
+        one: described from Frigate's API when ``frigate.url`` is set (else ``fetch_failed``),
+        otherwise ``skipped`` with reason ``restarted`` (its snapshot was in the lost memory)."""
+        for entry in self.journal.recovered:
+            if entry.camera not in self._cameras:
+                log.warning("frigate event %s of camera %r in the journal: not a configured "
+                            "camera; no record", entry.id, entry.camera[:40])
+                self.journal.done(entry.id)
+                continue
+            obj = FrigateObject(id=entry.id, camera=entry.camera, label=entry.label or "",
+                                start_time=entry.start_time, end_time=entry.end_time,
+                                snapshot=FrigateThumbnail(frame_time=entry.best))
+            log.info("frigate event %s: the daemon restarted before its record", entry.id)
+            if self._join.fetch is not None and self._join.run is not None:
+                self._join.event(obj, True)
+            else:
+                self._skip_event(Skip(obj, "restarted", "the daemon restarted (crash or kill) "
+                                      "before describing the event; its snapshot was lost"))
 
     def _decide(self, obj: FrigateObject) -> bool:
         """Mark ``obj`` as having its record; False when it already had one."""
@@ -339,6 +364,7 @@ class CameraSources:
             self._publish(self.record_messages(skip.event.camera, skip.event.label,
                                                skip.event.id, "skipped", skip.reason,
                                                skip.detail))
+            self.journal.done(skip.event.id)
 
     def _drop_pending(self, camera: str) -> None:
         """The camera was switched off (called with ``self._lock`` held)."""
@@ -347,6 +373,7 @@ class CameraSources:
                 self._described[obj.id] = None
                 self._publish(self.record_messages(obj.camera, obj.label, obj.id, "skipped",
                                                    "camera_off", "the camera was switched off"))
+                self.journal.done(obj.id)
 
     # ------------------------------------------------------------------ outgoing
 
@@ -379,7 +406,8 @@ class CameraSources:
         """The record of a Frigate event that gets no description: on the description topic,
         not retained (the retained description stays the last good one), with ``status``
         ``skipped`` (never run: ``no_snapshot``, ``stale_snapshot``, ``queue_full``,
-        ``deadline``, ``stopping``, ``camera_off``) or ``failed`` (the model's error type).
+        ``deadline``, ``stopping``, ``camera_off``, ``fetch_failed``,
+        ``restarted``) or ``failed`` (the model's error type).
         The camera's Home Assistant ``event`` entity fires ``description_skipped`` /
         ``description_failed`` with the same label, event id and reason (not retained);
         the description sensor's templates keep its state for a record with ``status``."""
