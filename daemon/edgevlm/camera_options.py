@@ -27,9 +27,9 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -150,71 +150,26 @@ class OptionStore:
                       self.path, exc)
 
 
-class _Settings(Protocol):
-    @property
-    def enabled(self) -> bool: ...
-    @property
-    def topic(self) -> str | None: ...
-    @property
-    def frigate(self) -> bool: ...
-    @property
-    def frigate_prefix(self) -> str: ...
-    @property
-    def frigate_events(self) -> Sequence[str]: ...
-    @property
-    def labels(self) -> Sequence[str] | None: ...
-    @property
-    def prompt(self) -> str: ...
-    @property
-    def label_prompts(self) -> Mapping[str, str]: ...
-    @property
-    def max_tokens(self) -> int: ...
-
-
 class OverriddenCamera:
-    """A camera's settings with the runtime ``prompt`` and ``max_tokens`` (None: the
-    configured one). A label's prompt (``label_prompts``) still wins over the prompt."""
+    """A camera's settings (``config.CameraConfig``, or anything with its attributes) with the
+    runtime ``prompt`` and ``max_tokens`` (None: the configured one); every other setting is
+    the base's. A label's prompt (``label_prompts``) still wins over the prompt."""
 
-    def __init__(self, base: _Settings, prompt: str | None, max_tokens: int | None) -> None:
+    def __init__(self, base: Any, prompt: str | None, max_tokens: int | None) -> None:
         self.base = base
         self._prompt = prompt
         self._max_tokens = max_tokens
 
-    @property
-    def enabled(self) -> bool:
-        return self.base.enabled
-
-    @property
-    def topic(self) -> str | None:
-        return self.base.topic
-
-    @property
-    def frigate(self) -> bool:
-        return self.base.frigate
-
-    @property
-    def frigate_prefix(self) -> str:
-        return self.base.frigate_prefix
-
-    @property
-    def frigate_events(self) -> Sequence[str]:
-        return self.base.frigate_events
-
-    @property
-    def labels(self) -> Sequence[str] | None:
-        return self.base.labels
+    def __getattr__(self, name: str) -> Any:  # enabled, topic, frigate, labels, ...
+        return getattr(self.base, name)
 
     @property
     def prompt(self) -> str:
-        return self._prompt if self._prompt is not None else self.base.prompt
-
-    @property
-    def label_prompts(self) -> Mapping[str, str]:
-        return self.base.label_prompts
+        return self._prompt if self._prompt is not None else str(self.base.prompt)
 
     @property
     def max_tokens(self) -> int:
-        return self._max_tokens if self._max_tokens is not None else self.base.max_tokens
+        return self._max_tokens if self._max_tokens is not None else int(self.base.max_tokens)
 
 
 def camera_event(topic: str, event_type: str, camera: str, label: str | None,
