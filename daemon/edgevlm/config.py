@@ -263,6 +263,23 @@ class CameraConfig(_Section):
     max_tokens: int = Field(default=64, ge=1, le=4096)
 
 
+class FrigateConfig(_Section):
+    url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$", description="Frigate's "
+                            "API (http://frigate:5000, or https://frigate:8971 with a login); "
+                            "absent: Frigate events use the MQTT snapshots only")
+    username: str | None = Field(default=None, description="log in with POST /api/login "
+                                 "(port 8971); absent: no login (port 5000)")
+    password: str | None = None
+    tls_verify: bool = Field(default=True, description="check Frigate's certificate (https)")
+    ca: str | None = Field(default=None, description="CA file for Frigate's certificate")
+    timeout_s: float = Field(default=5.0, gt=0, le=120, description="the whole of one API "
+                             "call, connect to last byte")
+    fetch: Literal["snapshot", "thumbnail"] = Field(
+        default="snapshot", description="which image of the event to describe")
+    write_description: bool = Field(default=True, description="POST the description back "
+                                    "to /api/events/<id>/description")
+
+
 SECRET_KEYS = frozenset({"password", "key", "secret", "token"})
 REDACTED = "***"
 
@@ -298,6 +315,7 @@ class Config(_Section):
     homeassistant: HomeAssistantConfig = Field(default_factory=HomeAssistantConfig)
     zeroconf: ZeroconfConfig = Field(default_factory=ZeroconfConfig)
     cameras: dict[NodeName, CameraConfig] = Field(default_factory=dict)
+    frigate: FrigateConfig = Field(default_factory=FrigateConfig)
 
     _secret_paths: set[Loc] = PrivateAttr(default_factory=set)
     _secret_values: frozenset[str] = PrivateAttr(default_factory=frozenset)

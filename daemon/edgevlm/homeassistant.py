@@ -10,17 +10,28 @@ Two forms, the same entities:
   the device and origin blocks.
 
 The daemon's device carries the sensors that read ``bridge/last_answer`` and ``bridge/health``
-(:mod:`edgevlm.metrics` writes the JSON paths the templates read), ``bridge/busy`` and the
-``bridge/event`` "answer ready" event. Each camera adds an ``image`` (last analysed frame), a
-``sensor`` (last description: state cut to 255 characters, the whole payload in attributes)
-and a ``switch`` (enable/disable). Bridge entities are available while ``bridge/state`` is
-``online``; image and description also need the camera's state ``ON`` (availability mode
-``all``), the switch only the bridge, so a disabled camera can be switched back on.
+(:mod:`edgevlm.metrics` writes the JSON paths the templates read; the telemetry ones are
+``entity_category: diagnostic``), ``bridge/busy``, the ``bridge/event`` "answer ready" event
+and, as Zigbee2MQTT's bridge does (``lib/extension/homeassistant.ts``, ``getBridgeEntity``),
+a ``connectivity`` binary sensor on ``bridge/state`` without availability (so it reads
+"disconnected" rather than "unavailable") and a version sensor on ``bridge/info``. Each
+camera adds an ``image`` (last analysed frame), a ``sensor`` (last description: state cut to
+255 characters, the whole payload in attributes), a ``switch`` (enable/disable), a ``text``
+(its prompt), a ``number`` (its ``max_tokens``) and an ``event`` on ``camera/<cam>/event``
+(``description_ready``/``_skipped``/``_failed``). Switch, text and number ask Home Assistant
+to publish their commands retained (:mod:`edgevlm.camera_options` keeps them across
+restarts). Bridge entities are available while ``bridge/state`` is ``online``; image and
+description also need the camera's state ``ON`` (availability mode ``all``), the switch only
+the bridge, so a disabled camera can be switched back on. A camera removed from the config
+(known from the options file in ``cache.dir``) has its components removed: ``{"p": ...}``
+only in the device form, an empty retained config in the component form.
 
 ``unique_id`` = ``<device_id>_<key>``, ``device_id`` = ``edgevlm_<hash of board id, base topic,
 node id>``: stable across restarts and renames of the friendly name, distinct per board and
-per instance. Entity ids are suggested with ``default_entity_id``
-(``sensor.edgevlm_<node>_<key>``), the replacement of the deprecated ``object_id``.
+per instance. Entity ids are suggested twice: ``default_entity_id``
+(``sensor.edgevlm_<node>_<key>``, read by Home Assistant >= 2025.10) and ``object_id``
+(``edgevlm_<node>_<key>``, read by older releases, which drop ``default_entity_id`` as an
+unknown key), so the ids are the same from 2024.11 (device discovery) on.
 """
 
 from __future__ import annotations
@@ -41,7 +52,7 @@ PROJECT_URL = "https://github.com/edgevlm/edgevlm"
 DOCS_URL = f"{PROJECT_URL}/blob/main/docs/homeassistant.md"
 STATE_MAX = 255  # Home Assistant drops a state longer than this
 
-Platform = Literal["sensor", "binary_sensor", "event", "image", "switch"]
+Platform = Literal["sensor", "binary_sensor", "event", "image", "switch", "text", "number"]
 Form = Literal["device", "component"]
 
 
@@ -58,6 +69,7 @@ class DiscoveryContext:
     model_name: str
     cameras: tuple[str, ...]
     camera_switches: bool = True
+    removed_cameras: tuple[str, ...] = ()  # discovered before, gone from the config now
 
 
 @dataclass(frozen=True)
@@ -70,6 +82,7 @@ class EntityDescription:
     name: str
     options: Mapping[str, Any] = field(default_factory=dict)
     camera_availability: bool = False  # also needs camera/<cam>/state == ON
+    availability: bool = True  # False: always available (the connectivity sensor)
 
 
 def _health(path: str) -> str:
@@ -77,7 +90,22 @@ def _health(path: str) -> str:
 
 
 _TEXT = f"{{{{ (value_json.text or '')[:{STATE_MAX}] }}}}"
-_MEASURE = {"state_topic": "bridge/health", "state_class": "measurement"}
+# A Frigate event's skipped/failed record (non-retained, with ``status``) shares the
+# description topic: the sensor keeps its state and attributes for it. ``this`` is the
+# entity's current state, which HA's MqttValueTemplate passes to value and attribute
+# templates (homeassistant/components/mqtt/models.py, ATTR_THIS). While the entity is
+# unknown or unavailable (a camera switched off: its ``camera_off`` records) ``this`` holds
+# no description: the state becomes unknown ("None", HA's PAYLOAD_NONE) and the attributes
+# empty, never the literal word "unavailable".
+_KEEP = "value_json.status is defined"
+_HAS_STATE = "this.state not in ('unknown', 'unavailable')"
+_DESCRIPTION = (f"{{{{ (this.state if {_HAS_STATE} else 'None') if {_KEEP} "
+                f"else (value_json.text or '')[:{STATE_MAX}] }}}}")
+_DESCRIPTION_ATTRIBUTES = (f"{{{{ (this.attributes if {_HAS_STATE} else {{}}) | tojson "
+                           f"if {_KEEP} else value }}}}")
+_MEASURE = {"state_topic": "bridge/health", "state_class": "measurement",
+            "entity_category": "diagnostic"}
+_DIAGNOSTIC = {"entity_category": "diagnostic"}
 
 BRIDGE_ENTITIES: tuple[EntityDescription, ...] = (
     EntityDescription("last_answer", "sensor", "Last answer", {
@@ -103,37 +131,58 @@ BRIDGE_ENTITIES: tuple[EntityDescription, ...] = (
         "json_attributes_topic": "bridge/health",
         "json_attributes_template": "{{ value_json.cache | tojson }}"}),
     EntityDescription("requests", "sensor", "Requests", {
-        "state_topic": "bridge/health", "state_class": "total_increasing",
+        "state_topic": "bridge/health", "state_class": "total_increasing", **_DIAGNOSTIC,
         "value_template": _health("requests.received"), "icon": "mdi:counter",
         "json_attributes_topic": "bridge/health",
         "json_attributes_template": "{{ value_json.requests | tojson }}"}),
     EntityDescription("errors", "sensor", "Errors", {
-        "state_topic": "bridge/health", "state_class": "total_increasing",
+        "state_topic": "bridge/health", "state_class": "total_increasing", **_DIAGNOSTIC,
         "value_template": _health("requests.errored"), "icon": "mdi:alert-circle-outline",
         "json_attributes_topic": "bridge/health",
         "json_attributes_template": "{{ value_json.requests.errors_by_type | tojson }}"}),
     EntityDescription("memory", "sensor", "Memory", {
         **_MEASURE, "value_template": _health("rss_bytes"), "unit_of_measurement": "B",
-        "device_class": "data_size", "entity_category": "diagnostic"}),
+        "device_class": "data_size"}),
     EntityDescription("busy", "binary_sensor", "Busy", {
         "state_topic": "bridge/busy", "payload_on": "ON", "payload_off": "OFF",
         "device_class": "running"}),
     EntityDescription("answer_ready", "event", "Answer ready", {
         "state_topic": "bridge/event", "event_types": ["answer_ready"],
         "icon": "mdi:message-text-outline"}),
+    EntityDescription("connection_state", "binary_sensor", "Connection state", {
+        "state_topic": "bridge/state", "payload_on": "online", "payload_off": "offline",
+        "device_class": "connectivity", **_DIAGNOSTIC}, availability=False),
+    EntityDescription("version", "sensor", "Version", {
+        "state_topic": "bridge/info", "value_template": "{{ value_json.version }}",
+        "icon": "mdi:information-outline", **_DIAGNOSTIC}),
 )
+
+CAMERA_EVENT_TYPES = ["description_ready", "description_skipped", "description_failed"]
 
 CAMERA_ENTITIES: tuple[EntityDescription, ...] = (
     EntityDescription("snapshot", "image", "{title} snapshot", {
         "image_topic": "camera/{cam}/snapshot", "content_type": "image/jpeg"},
         camera_availability=True),
     EntityDescription("description", "sensor", "{title} description", {
-        "state_topic": "camera/{cam}/description", "value_template": _TEXT,
-        "json_attributes_topic": "camera/{cam}/description", "icon": "mdi:cctv"},
+        "state_topic": "camera/{cam}/description", "value_template": _DESCRIPTION,
+        "json_attributes_topic": "camera/{cam}/description",
+        "json_attributes_template": _DESCRIPTION_ATTRIBUTES, "icon": "mdi:cctv"},
         camera_availability=True),
     EntityDescription("enabled", "switch", "{title} analysis", {
         "command_topic": "camera/{cam}/set", "state_topic": "camera/{cam}/state",
         "payload_on": "ON", "payload_off": "OFF", "entity_category": "config",
+        "retain": True, "icon": "mdi:cctv"}),
+    EntityDescription("prompt", "text", "{title} prompt", {
+        "command_topic": "camera/{cam}/prompt/set", "state_topic": "camera/{cam}/prompt",
+        "min": 1, "max": 255, "mode": "text", "entity_category": "config",
+        "retain": True, "icon": "mdi:message-text-outline"}),
+    EntityDescription("max_tokens", "number", "{title} max tokens", {
+        "command_topic": "camera/{cam}/max_tokens/set",
+        "state_topic": "camera/{cam}/max_tokens", "min": 1, "max": 4096, "step": 1,
+        "mode": "box", "entity_category": "config", "retain": True,
+        "icon": "mdi:counter"}),
+    EntityDescription("event", "event", "{title} description event", {
+        "state_topic": "camera/{cam}/event", "event_types": CAMERA_EVENT_TYPES,
         "icon": "mdi:cctv"}),
 )
 
@@ -198,21 +247,32 @@ def _entity_config(ctx: DiscoveryContext, desc: EntityDescription, cam: str | No
         "name": desc.name.format(title=(cam or "").replace("_", " ").title()),
         "unique_id": f"{ctx.device_id}_{key}",
         "default_entity_id": f"{desc.platform}.edgevlm_{slug(ctx.node_id)}_{slug(key)}",
+        "object_id": f"edgevlm_{slug(ctx.node_id)}_{slug(key)}",
     }
     for option, value in desc.options.items():
         if option.endswith("_topic"):
             value = f"{_root(ctx)}/{value.format(cam=cam)}"
         config[option] = value
-    config.update(_availability(ctx, cam if desc.camera_availability else None))
+    if desc.availability:
+        config.update(_availability(ctx, cam if desc.camera_availability else None))
     return config
+
+
+def _camera_entities(ctx: DiscoveryContext, cam: str
+                     ) -> list[tuple[EntityDescription, str | None]]:
+    return [(d, cam) for d in CAMERA_ENTITIES if d.platform != "switch" or ctx.camera_switches]
 
 
 def _entities(ctx: DiscoveryContext) -> list[tuple[EntityDescription, str | None]]:
     out: list[tuple[EntityDescription, str | None]] = [(d, None) for d in BRIDGE_ENTITIES]
     for cam in ctx.cameras:
-        out += [(d, cam) for d in CAMERA_ENTITIES if d.platform != "switch"
-                or ctx.camera_switches]
+        out += _camera_entities(ctx, cam)
     return out
+
+
+def _removed(ctx: DiscoveryContext) -> list[tuple[EntityDescription, str]]:
+    return [(d, cam) for cam in ctx.removed_cameras if cam not in ctx.cameras
+            for d in CAMERA_ENTITIES]
 
 
 def device_block(ctx: DiscoveryContext) -> dict[str, Any]:
@@ -246,14 +306,18 @@ def _dumps(payload: Mapping[str, Any]) -> bytes:
 def discovery_messages(ctx: DiscoveryContext) -> list[tuple[str, bytes]]:
     """(topic, payload) to publish retained with QoS 1, on connect and on HA's birth."""
     configs = entity_configs(ctx)
+    removed = {_entity_key(d, cam): d.platform for d, cam in _removed(ctx)}
     if ctx.form == "device":
+        # Home Assistant removes a component of a device discovery sent with only its "p"
+        cmps = {**configs, **{key: {"p": platform} for key, platform in removed.items()}}
         return [(device_topic(ctx), _dumps({"dev": device_block(ctx), "o": origin_block(ctx),
-                                            "cmps": configs}))]
+                                            "cmps": cmps}))]
     messages = []
     for key, config in configs.items():
         platform = config.pop("p")
         payload = {**config, "device": device_block(ctx), "origin": origin_block(ctx)}
         messages.append((component_topic(ctx, platform, key), _dumps(payload)))
+    messages += [(component_topic(ctx, platform, key), b"") for key, platform in removed.items()]
     return messages
 
 

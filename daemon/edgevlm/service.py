@@ -29,9 +29,12 @@ from typing import Any
 from . import __version__
 from .admission import RequestSide
 from .cache import VisionCache
+from .camera_options import OptionStore, camera_event
 from .config import Config
 from .engine import Engine
 from .errors import WireError
+from .event_journal import EventJournal
+from .frigate_api import FetchThread, FrigateAPI
 from .liveness import Liveness, LivenessPolicy
 from .memory import reuse_image_buffers
 from .metrics import Metrics
@@ -88,6 +91,16 @@ def load_engine(config: Config) -> Engine:
     return engine
 
 
+def frigate_api(config: Config) -> tuple[FrigateAPI | None, FetchThread | None]:
+    """Frigate's HTTP API and the thread its calls run on, when ``frigate.url`` is set."""
+    frigate = config.frigate
+    if frigate.url is None:
+        return None, None
+    log.info("frigate events: images from %s (%s)%s", frigate.url, frigate.fetch,
+             ", descriptions written back" if frigate.write_description else "")
+    return FrigateAPI.from_config(frigate, config.limits.max_part_bytes), FetchThread()
+
+
 class StartupFailure(Exception):
     """The broker refused us at start-up in a way retrying cannot fix (login, TLS, ACL)."""
 
@@ -139,7 +152,7 @@ class Service:
                              mqtt.health_interval_s)
         self.worker = Worker(self.engine, context, self.queue, self.replier, self.dedupe,
                              self.metrics, on_answer=self.bridge.publish_answer,
-                             on_camera=self._on_camera, on_busy=self.bridge.publish_busy,
+                             on_camera=self._on_described, on_busy=self.bridge.publish_busy,
                              share_request_answers=mqtt.share_request_answers,
                              test_delay_s=float(os.environ.get(TEST_DELAY_ENV, "0")) / 1e3)
         # Whether the daemon can serve (edgevlm.liveness): bridge/state, bridge/health and the
@@ -150,8 +163,18 @@ class Service:
         self.liveness.add_listener(self._on_serving_changed)
         self.bridge.health_extra = self._health_extra
         self._state_lock = threading.Lock()  # bridge/state: the last one published is current
+        self.camera_options = OptionStore(config.cache.dir)  # edgevlm.camera_options
+        self.frigate_api, self.frigate_calls = frigate_api(config)
+        self.journal = EventJournal(config.cache.dir)  # edgevlm.event_journal
         self.sources = CameraSources(config.cameras, mqtt.base_topic, self.node_id,
-                                     self._submit_frame)
+                                     self._submit_frame, options=self.camera_options,
+                                     publish=self._publish_messages,
+                                     fetch_image=self.frigate_api.event_image
+                                     if self.frigate_api else None,
+                                     run_fetch=self.frigate_calls.submit
+                                     if self.frigate_calls else None,
+                                     journal=self.journal)
+        self.queue.on_drop = self._on_dropped_frame
         self.ha_status = homeassistant_status(config.homeassistant.prefix)
         filters = self.topics.request_subscriptions(mqtt.shared_group)
         filters += self.sources.subscriptions()
@@ -170,6 +193,7 @@ class Service:
         self._stop_lock = threading.Lock()
         self._started = False
         self._announcer: Any = None
+        self._recovered = False
 
     @property
     def online(self) -> threading.Event:
@@ -226,6 +250,9 @@ class Service:
                 self.bridge.stop()
                 self._publish_offline()
                 self.link.stop()
+            if self.frigate_calls is not None:
+                self.frigate_calls.stop()
+            self.journal.stop()
             if self._announcer is not None:
                 self._announcer.stop()
             self._online.clear()
@@ -345,22 +372,34 @@ class Service:
     def _went_online(self) -> None:
         self._online.set()
         self._settled.set()
+        if not self._recovered:  # events journaled by a run that died: their records
+            self._recovered = True
+            try:
+                self.sources.recover()
+            except Exception:
+                log.exception("recovering the journaled frigate events failed")
 
     def _publish_info(self) -> None:
         self.bridge.publish_info(info_payload(self.config, self.engine, self.topics))
 
     def _publish_camera_states(self) -> None:
-        for topic, payload, retain in self.sources.state_messages():
+        for topic, payload, retain in [*self.sources.state_messages(),
+                                       *self.sources.option_messages()]:
             self.replier.publish(topic, payload, retain=retain)
 
     def _publish_discovery(self) -> None:
         if not self.config.homeassistant.discovery:
             return
+        import dataclasses
+
         from .homeassistant import discovery_context, discovery_messages
 
         ctx = discovery_context(self.config, __version__, self.engine.name)
+        ctx = dataclasses.replace(ctx, removed_cameras=tuple(
+            c for c in self.camera_options.discovered_cameras if c not in ctx.cameras))
         for topic, payload in discovery_messages(ctx):
             self.replier.publish(topic, payload, retain=True)
+        self.camera_options.set_discovered_cameras(ctx.cameras)
 
     def _on_message(self, msg: Incoming) -> None:
         """Network thread: route one message; never raises (the link guards it too)."""
@@ -377,7 +416,7 @@ class Service:
                 timer.start()
             self.replier.ack_now(ack)
             return
-        out = self.sources.handle(msg.topic, msg.payload)
+        out = self.sources.handle(msg.topic, msg.payload, msg.retain)
         for topic, payload, retain in out or []:
             self.replier.publish(topic, payload, retain=retain)
         self.replier.ack_now(ack)
@@ -391,13 +430,24 @@ class Service:
     # ------------------------------------------------------------------ cameras
 
     def _submit_frame(self, frame: CameraFrame) -> None:
-        """A frame from a camera source (network thread): queue it, latest wins."""
+        """A frame from a camera source (network thread): queue it. Plain frames: latest
+        wins. Frigate events: each on its own, at most ``EVENT_QUEUE_PER_CAMERA`` per camera,
+        each with a deadline; a dropped one gets its ``skipped`` record."""
         import base64
+
+        from .frigate import EVENT_DEADLINE_S, EVENT_QUEUE_PER_CAMERA
 
         request = parse_request({"messages": [{"role": "user", "content": [
             {"type": "image", "image": {"b64": base64.b64encode(frame.image).decode()}},
             {"type": "text", "text": frame.prompt}]}], "max_tokens": frame.max_tokens})
-        job = CameraJob(frame, request, time.monotonic())
+        now = time.monotonic()
+        if frame.event_id is not None:
+            job = CameraJob(frame, request, now, deadline=now + EVENT_DEADLINE_S)
+            if not self.queue.put_event(f"camera:{frame.camera}", EVENT_QUEUE_PER_CAMERA, job):
+                self._on_dropped_frame(job, "queue_full")
+            self.metrics.set_queue_depth(len(self.queue))
+            return
+        job = CameraJob(frame, request, now)
         accepted, replaced = self.queue.put_latest(f"camera:{frame.camera}", job)
         if replaced is not None:
             log.info("camera %s: a newer frame replaced the one still waiting", frame.camera)
@@ -405,11 +455,46 @@ class Service:
             log.info("camera %s: queue full, frame dropped", frame.camera)
         self.metrics.set_queue_depth(len(self.queue))
 
+    def _on_dropped_frame(self, job: CameraJob, reason: str) -> None:
+        """A queued Frigate event that will not run: its ``skipped`` record."""
+        from .frigate import EVENT_DEADLINE_S, EVENT_QUEUE_PER_CAMERA
+
+        detail = {"queue_full": f"more than {EVENT_QUEUE_PER_CAMERA} events of this camera "
+                                "waited for the model; the oldest is skipped",
+                  "deadline": f"not started within {EVENT_DEADLINE_S:g} s of its arrival",
+                  "stopping": "the daemon stopped before describing it"}.get(reason, reason)
+        log.info("camera %s: frigate event %s skipped (%s)", job.frame.camera,
+                 job.frame.event_id, reason)
+        self._publish_messages(self.sources.frame_record(job.frame, reason, detail))
+        self.journal.done(job.frame.event_id)
+
+    def _publish_messages(self, messages: list[tuple[str, bytes, bool]]) -> None:
+        for topic, payload, retain in messages:
+            self.replier.publish(topic, payload, retain=retain)
+
+    def _on_described(self, frame: CameraFrame, text: str | None, error: WireError | None,
+                      metrics: dict[str, float]) -> None:
+        """Worker: publish the result; with ``frigate.write_description``, hand the
+        description of a Frigate event to the Frigate API thread (POSTed back there)."""
+        self._on_camera(frame, text, error, metrics)
+        api, calls = self.frigate_api, self.frigate_calls
+        if (api is not None and calls is not None and api.write_description
+                and frame.event_id is not None and error is None and text is not None):
+            event_id, described = frame.event_id, text
+            if not calls.submit(lambda: api.set_description(event_id, described)):
+                log.warning("frigate event %s: description not written back (the Frigate "
+                            "API queue is full)", event_id)
+
     def _on_camera(self, frame: CameraFrame, text: str | None, error: WireError | None,
                    metrics: dict[str, float]) -> None:
         for topic, payload, retain in self.sources.result_messages(
                 frame, text, error, self.engine.name, metrics):
             self.replier.publish(topic, payload, retain=retain)
+        if error is None and text is not None:  # the camera's HA event entity
+            self.replier.publish(*camera_event(
+                self.sources.option_topic(frame.camera, "event"), "description_ready",
+                frame.camera, frame.label, frame.event_id, text), retain=False)
+        self.journal.done(frame.event_id)
 
 
 def serve_main(config: Config) -> int:

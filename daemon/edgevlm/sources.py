@@ -6,15 +6,19 @@ Two ways a frame reaches the model, both per configured camera (``cameras:`` in 
   ``topic``); anything else is refused with a log line, never described.
 - Frigate: ``<prefix>/<cam>/<label>/snapshot`` (raw JPEG, retained by Frigate) joined with
   ``<prefix>/events`` (``type`` new/update/end, ``after`` = the tracked object). An event of a
-  configured type describes the most recent snapshot of its camera and label, or, when none
-  has arrived yet, the first one that arrives within ``snapshot_wait_s``. One event is
-  described once, whatever number of messages Frigate sends for it.
+  configured type is described from the snapshot that arrived with its best frame, never an
+  older one (the rule: :mod:`edgevlm.frigate`); without one it is *skipped*. Every event gets
+  exactly one record on the description topic: its description, or ``status: skipped`` /
+  ``failed`` with a ``reason`` (:meth:`CameraSources.record_messages`), whatever number of
+  messages Frigate sends for it.
 
 Prompts take ``{camera}``, ``{label}`` and ``{sub_label}`` placeholders; a per-label prompt
 overrides the camera's prompt. Cameras are switched with ``ON``/``OFF`` on ``.../set`` and
-report it retained on ``.../state``. The service turns each :class:`CameraFrame` into a
+report it retained on ``.../state``; the prompt and ``max_tokens`` are set on
+``.../prompt/set`` and ``.../max_tokens/set`` (:mod:`edgevlm.camera_options`: validation and
+the rule that keeps them across restarts). The service turns each :class:`CameraFrame` into a
 describe request and publishes :meth:`CameraSources.result_messages` after the answer.
-This module keeps state (enabled flags, the last snapshots, pending events) behind a lock:
+This module keeps state (enabled flags, the events already decided) behind a lock:
 ``handle`` runs on the network thread, ``result_messages`` on the worker.
 """
 
@@ -30,9 +34,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import ValidationError
 
+from .camera_options import (
+    OptionStore,
+    OverriddenCamera,
+    camera_event,
+    encode_option,
+    parse_option,
+)
 from .errors import WireError
+from .event_journal import EventJournal, JournaledEvent
+from .frigate import FrigateEvent, FrigateJoin, FrigateObject, FrigateThumbnail, Skip
 from .mqtt.topics import Topics, has_wildcards
 
 log = logging.getLogger(__name__)
@@ -42,7 +55,6 @@ Message = tuple[str, bytes, bool]  # (topic, payload, retain)
 JPEG_MAGIC = b"\xff\xd8\xff"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 MAX_REMEMBERED_EVENTS = 1024
-MAX_PENDING_EVENTS = 64
 
 
 class CameraSettings(Protocol):
@@ -80,31 +92,6 @@ class CameraFrame:
     max_tokens: int
 
 
-class FrigateObject(BaseModel):
-    """The part of Frigate's tracked object (``after``) this module uses."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-    id: str
-    camera: str
-    label: str
-    sub_label: str | None = None
-    false_positive: bool = False
-
-    @field_validator("sub_label", mode="before")
-    @classmethod
-    def _sub_label_name(cls, value: Any) -> Any:
-        # Frigate >= 0.14 sends [name, score]; older releases a bare string.
-        if isinstance(value, list | tuple):
-            return value[0] if value and isinstance(value[0], str) else None
-        return value
-
-
-class FrigateEvent(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-    type: str
-    after: FrigateObject
-
-
 class _Placeholders(dict[str, str]):
     def __missing__(self, key: str) -> str:
         return "{" + key + "}"  # unknown placeholders stay as written
@@ -130,42 +117,42 @@ def image_kind(payload: bytes) -> str | None:
     return None
 
 
-@dataclass
-class _Snapshot:
-    image: bytes
-    received: float
-
-
-@dataclass(frozen=True)
-class _Pending:
-    event: FrigateObject
-    deadline: float
-
-
 class CameraSources:
     """Routes camera messages to ``submit`` and builds the messages a description publishes."""
 
     def __init__(self, cameras: Mapping[str, CameraSettings], base_topic: str, node_id: str,
                  submit: Callable[[CameraFrame], None], *, snapshot_wait_s: float = 5.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._cameras = dict(cameras)
+                 publish: Callable[[list[Message]], None] | None = None,
+                 clock: Callable[[], float] = time.time,
+                 options: OptionStore | None = None,
+                 fetch_image: Callable[[str], bytes] | None = None,
+                 run_fetch: Callable[[Callable[[], None]], bool] | None = None,
+                 journal: EventJournal | None = None) -> None:
+        self.journal = journal if journal is not None else EventJournal(None)
+        self._options = options if options is not None else OptionStore(None)
+        self._base = dict(cameras)
+        self._cameras: dict[str, CameraSettings] = {
+            name: self._overridden(name) for name in self._base}
         self._topics = Topics(base_topic, node_id)
         self._submit = submit
-        self._wait_s = snapshot_wait_s
-        self._clock = clock
+        self._publish = publish or (lambda messages: None)
         self._lock = threading.Lock()
-        self._enabled = {name: cfg.enabled for name, cfg in self._cameras.items()}
+        self._enabled: dict[str, bool] = {name: self._saved(name, "enabled", cfg.enabled)
+                         for name, cfg in self._cameras.items()}
         self._image_topics: dict[str, str] = {}
-        self._set_topics: dict[str, str] = {}
+        self._set_topics: dict[str, tuple[str, str]] = {}  # command topic -> (camera, option)
         self._frigate_prefixes: dict[str, set[str]] = {}
         for name, cfg in self._cameras.items():
             self._image_topics[cfg.topic or self._topics.camera(name, "image")] = name
-            self._set_topics[self._topics.camera(name, "set")] = name
+            self._set_topics[self._topics.camera(name, "set")] = (name, "enabled")
+            for option in ("prompt", "max_tokens"):
+                self._set_topics[self._topics.camera(name, f"{option}/set")] = (name, option)
             if cfg.frigate:
                 self._frigate_prefixes.setdefault(cfg.frigate_prefix, set()).add(name)
-        self._snapshots: dict[tuple[str, str], _Snapshot] = {}
-        self._pending: OrderedDict[tuple[str, str], list[_Pending]] = OrderedDict()
-        self._described: OrderedDict[str, None] = OrderedDict()
+        self._join = FrigateJoin(self._describe_event, self._skip_event,
+                                 wait_s=snapshot_wait_s, wall=clock, fetch=fetch_image,
+                                 run=run_fetch)
+        self._described: OrderedDict[str, None] = OrderedDict()  # events with their record
 
     # ------------------------------------------------------------------ topics
 
@@ -180,11 +167,16 @@ class CameraSources:
 
     def subscriptions(self) -> list[str]:
         """Topic filters to subscribe to (image topics, set topics, Frigate topics)."""
-        topics = [*self._image_topics, *self._set_topics]
+        topics = [*self._set_topics, *self._image_topics]  # retained commands before frames
         for prefix, names in sorted(self._frigate_prefixes.items()):
             topics.append(f"{prefix}/events")
             topics += [f"{prefix}/{name}/+/snapshot" for name in sorted(names)]
         return topics
+
+    def option_topic(self, camera: str, option: str) -> str:
+        """Where an option's value is reported (retained): ``state`` for ``enabled``."""
+        return self.state_topic(camera) if option == "enabled" else self._topics.camera(
+            camera, option)
 
     def state_messages(self) -> list[Message]:
         """The retained ``.../state`` of every camera (publish on every connect)."""
@@ -192,25 +184,47 @@ class CameraSources:
             return [(self.state_topic(name), b"ON" if on else b"OFF", True)
                     for name, on in self._enabled.items()]
 
+    def option_messages(self) -> list[Message]:
+        """The retained ``.../prompt`` and ``.../max_tokens`` of every camera (publish on
+        every connect, with :meth:`state_messages`)."""
+        with self._lock:
+            out: list[Message] = []
+            for name, cfg in self._cameras.items():
+                out += [(self.option_topic(name, "prompt"), cfg.prompt.encode(), True),
+                        (self.option_topic(name, "max_tokens"), str(cfg.max_tokens).encode(),
+                         True)]
+            return out
+
+    def _saved(self, camera: str, option: str, default: Any) -> Any:
+        value = self._options.get(camera, option)
+        return default if value is None else value
+
+    def _overridden(self, camera: str) -> OverriddenCamera:
+        return OverriddenCamera(self._base[camera], self._options.get(camera, "prompt"),
+                                self._options.get(camera, "max_tokens"))
+
     def is_enabled(self, camera: str) -> bool:
         with self._lock:
             return self._enabled.get(camera, False)
 
     # ------------------------------------------------------------------ incoming
 
-    def handle(self, topic: str, payload: bytes) -> list[Message] | None:
+    def handle(self, topic: str, payload: bytes, retained: bool = False
+               ) -> list[Message] | None:
         """None when ``topic`` is not a camera topic; else the messages to publish now.
-        Frames to describe go to ``submit``. Never raises."""
+        Frames to describe go to ``submit``. ``retained``: the broker replayed a retained
+        message on subscribing (see :mod:`edgevlm.camera_options`). Never raises."""
         try:
-            return self._route(topic, payload)
+            return self._route(topic, payload, retained)
         except Exception:
             log.exception("camera message on %s could not be handled", topic)
             return []
 
-    def _route(self, topic: str, payload: bytes) -> list[Message] | None:
-        camera = self._set_topics.get(topic)
-        if camera is not None:
-            return self._on_set(camera, payload)
+    def _route(self, topic: str, payload: bytes, retained: bool = False
+               ) -> list[Message] | None:
+        command = self._set_topics.get(topic)
+        if command is not None:
+            return self._on_set(*command, payload, retained)
         camera = self._image_topics.get(topic) or self._wildcard_image_camera(topic)
         if camera is not None:
             self._on_image(camera, payload)
@@ -223,7 +237,7 @@ class CameraSources:
             parts = rest.split("/")
             if rest != topic and len(parts) == 3 and parts[2] == "snapshot":
                 if parts[0] in names:
-                    self._on_frigate_snapshot(parts[0], parts[1], payload)
+                    self._on_frigate_snapshot(parts[0], parts[1], payload, retained)
                 return []
         return None
 
@@ -235,18 +249,30 @@ class CameraSources:
                 return camera
         return None
 
-    def _on_set(self, camera: str, payload: bytes) -> list[Message]:
-        command = payload.decode("utf-8", "replace").strip().upper()
-        if command not in ("ON", "OFF"):
-            log.warning("camera %s: ignored %r on its set topic; send ON or OFF",
-                        camera, payload[:32])
+    def _on_set(self, camera: str, option: str, payload: bytes, retained: bool = False
+                ) -> list[Message]:
+        value = parse_option(option, payload)
+        if value is None:
+            if payload:  # empty: a retained command being cleared
+                log.warning("camera %s: ignored %r on its %s command topic (%s)", camera,
+                            payload[:32], option, "send ON or OFF" if option == "enabled"
+                            else "see docs/homeassistant.md for the valid values")
+            return []
+        if retained and self._options.has(camera, option):
+            log.info("camera %s: the broker's retained %s command is older than the saved "
+                     "value; ignored", camera, option)
             return []
         with self._lock:
-            self._enabled[camera] = command == "ON"
-            if command == "OFF":
-                self._drop_pending(camera)
-        log.info("camera %s switched %s", camera, command)
-        return [(self.state_topic(camera), command.encode(), True)]
+            self._options.set(camera, option, value)
+            if option == "enabled":
+                self._enabled[camera] = value
+                if not value:
+                    self._drop_pending(camera)
+            else:
+                self._cameras[camera] = self._overridden(camera)
+        log.info("camera %s: %s set to %r%s", camera, option, value,
+                 " (retained command)" if retained else "")
+        return [(self.option_topic(camera, option), encode_option(option, value), True)]
 
     def _on_image(self, camera: str, payload: bytes) -> None:
         if not payload:
@@ -263,21 +289,13 @@ class CameraSources:
         self._submit(CameraFrame(camera, None, None, payload,
                                  fill_prompt(cfg.prompt, camera, None, None), cfg.max_tokens))
 
-    def _on_frigate_snapshot(self, camera: str, label: str, payload: bytes) -> None:
+    def _on_frigate_snapshot(self, camera: str, label: str, payload: bytes,
+                             retained: bool = False) -> None:
         if image_kind(payload) is None:
             if payload:
                 log.warning("frigate snapshot %s/%s is not a JPEG/PNG; ignored", camera, label)
             return
-        now = self._clock()
-        with self._lock:
-            self._snapshots[(camera, label)] = _Snapshot(payload, now)
-            waiting = self._pending.pop((camera, label), [])
-        for pending in waiting:
-            if now <= pending.deadline:
-                self._describe_event(pending.event, payload)
-            else:
-                log.info("frigate event %s: no snapshot within %.1f s; not described",
-                         pending.event.id, self._wait_s)
+        self._join.snapshot(camera, label, payload, retained)
 
     def _on_frigate_event(self, cameras: set[str], payload: bytes) -> None:
         try:
@@ -293,59 +311,85 @@ class CameraSources:
             return
         if cfg.labels is not None and obj.label not in cfg.labels:
             return
-        now = self._clock()
         with self._lock:
             if not self._enabled.get(obj.camera, False) or obj.id in self._described:
                 return
-            if any(p.event.id == obj.id for p in self._pending.get((obj.camera, obj.label), [])):
-                return
-            snapshot = self._snapshots.get((obj.camera, obj.label))
-            if snapshot is None:
-                self._expire_pending(now)
-                key = (obj.camera, obj.label)
-                self._pending.setdefault(key, []).append(_Pending(obj, now + self._wait_s))
-                self._pending.move_to_end(key)
-                while len(self._pending) > MAX_PENDING_EVENTS:
-                    self._pending.popitem(last=False)
-                log.debug("frigate event %s waits for a %s snapshot", obj.id, obj.label)
-                return
-        self._describe_event(obj, snapshot.image)
+        # a new/update event left undecided is decided by its end event, if that counts too
+        final = event.type == "end" or "end" not in cfg.frigate_events
+        self.journal.add(JournaledEvent(obj.id, obj.camera, obj.label, obj.start_time,
+                                        obj.end_time, obj.best_frame_time))
+        self._join.event(obj, final)
 
-    def _describe_event(self, obj: FrigateObject, image: bytes) -> None:
+    def recover(self) -> None:
+        """Start-up: every event journaled by an earlier run (killed before its record) gets
+        one: described from Frigate's API when ``frigate.url`` is set (else ``fetch_failed``),
+        otherwise ``skipped`` with reason ``restarted`` (its snapshot was in the lost memory)."""
+        for entry in self.journal.recovered:
+            if entry.camera not in self._cameras:
+                log.warning("frigate event %s of camera %r in the journal: not a configured "
+                            "camera; no record", entry.id, entry.camera[:40])
+                self.journal.done(entry.id)
+                continue
+            obj = FrigateObject(id=entry.id, camera=entry.camera, label=entry.label or "",
+                                start_time=entry.start_time, end_time=entry.end_time,
+                                snapshot=FrigateThumbnail(frame_time=entry.best))
+            log.info("frigate event %s: the daemon restarted before its record", entry.id)
+            if self._join.fetch is not None and self._join.run is not None:
+                self._join.event(obj, True)
+            else:
+                self._skip_event(Skip(obj, "restarted", "the daemon restarted (crash or kill) "
+                                      "before describing the event; its snapshot was lost"))
+
+    def _decide(self, obj: FrigateObject) -> bool:
+        """Mark ``obj`` as having its record; False when it already had one."""
         with self._lock:
             if obj.id in self._described:
-                return
+                return False
             self._described[obj.id] = None
             while len(self._described) > MAX_REMEMBERED_EVENTS:
                 self._described.popitem(last=False)
+            return True
+
+    def _describe_event(self, obj: FrigateObject, image: bytes) -> None:
+        if not self._decide(obj):
+            return
         cfg = self._cameras[obj.camera]
         template = cfg.label_prompts.get(obj.label, cfg.prompt)
         self._submit(CameraFrame(obj.camera, obj.label, obj.id, image,
                                  fill_prompt(template, obj.camera, obj.label, obj.sub_label),
                                  cfg.max_tokens))
 
-    def _expire_pending(self, now: float) -> None:
-        for key in [k for k, items in self._pending.items()
-                    if all(p.deadline < now for p in items)]:
-            for pending in self._pending.pop(key):
-                log.info("frigate event %s: no %s snapshot within %.1f s; not described",
-                         pending.event.id, pending.event.label, self._wait_s)
+    def _skip_event(self, skip: Skip) -> None:
+        if self._decide(skip.event):
+            self._publish(self.record_messages(skip.event.camera, skip.event.label,
+                                               skip.event.id, "skipped", skip.reason,
+                                               skip.detail))
+            self.journal.done(skip.event.id)
 
     def _drop_pending(self, camera: str) -> None:
-        for key in [k for k in self._pending if k[0] == camera]:
-            del self._pending[key]
+        """The camera was switched off (called with ``self._lock`` held)."""
+        for obj in self._join.drop([camera]):
+            if obj.id not in self._described:
+                self._described[obj.id] = None
+                self._publish(self.record_messages(obj.camera, obj.label, obj.id, "skipped",
+                                                   "camera_off", "the camera was switched off"))
+                self.journal.done(obj.id)
 
     # ------------------------------------------------------------------ outgoing
 
     def result_messages(self, frame: CameraFrame, text: str | None, error: WireError | None,
                         model: str, metrics: Mapping[str, float]) -> list[Message]:
         """Retained description (+ Frigate's ``type/id/description`` keys for an event) and
-        the retained snapshot of the analysed frame. An error publishes nothing (logged):
-        the last good description stays."""
+        the retained snapshot of the analysed frame (always JPEG, as its Home Assistant image
+        entity says). An error on a plain frame publishes nothing (logged): the last good
+        description stays; on a Frigate event, its ``failed`` record."""
         if error is not None or text is None:
             reason = f"{error.type}: {error.message}" if error else "no text"
             log.warning("camera %s: frame not described (%s)", frame.camera, reason)
-            return []
+            if frame.event_id is None:
+                return []
+            return self.record_messages(frame.camera, frame.label, frame.event_id, "failed",
+                                        error.type if error else "no_text", reason)
         body: dict[str, Any] = {
             "camera": frame.camera, "label": frame.label, "event_id": frame.event_id,
             "text": text, "model": model,
@@ -355,4 +399,45 @@ class CameraSources:
         if frame.event_id is not None:
             body.update({"type": "description", "id": frame.event_id, "description": text})
         return [(self.description_topic(frame.camera), json.dumps(body).encode(), True),
-                (self.snapshot_topic(frame.camera), frame.image, True)]
+                (self.snapshot_topic(frame.camera), as_jpeg(frame.image), True)]
+
+    def record_messages(self, camera: str, label: str | None, event_id: str, status: str,
+                        reason: str, detail: str) -> list[Message]:
+        """The record of a Frigate event that gets no description: on the description topic,
+        not retained (the retained description stays the last good one), with ``status``
+        ``skipped`` (never run: ``no_snapshot``, ``stale_snapshot``, ``queue_full``,
+        ``deadline``, ``stopping``, ``camera_off``, ``fetch_failed``,
+        ``restarted``) or ``failed`` (the model's error type).
+        The camera's Home Assistant ``event`` entity fires ``description_skipped`` /
+        ``description_failed`` with the same label, event id and reason (not retained);
+        the description sensor's templates keep its state for a record with ``status``."""
+        body = {"camera": camera, "label": label, "event_id": event_id, "id": event_id,
+                "status": status, "reason": reason, "detail": detail, "text": None,
+                "at": datetime.now(UTC).isoformat(timespec="milliseconds")}
+        event_topic, event = camera_event(self.option_topic(camera, "event"),
+                                          f"description_{status}", camera, label, event_id,
+                                          None, reason)
+        return [(self.description_topic(camera), json.dumps(body).encode(), False),
+                (event_topic, event, False)]
+
+    def frame_record(self, frame: CameraFrame, reason: str, detail: str) -> list[Message]:
+        """``skipped`` record of a queued event frame that will not run; [] for plain frames."""
+        if frame.event_id is None:
+            return []
+        return self.record_messages(frame.camera, frame.label, frame.event_id, "skipped",
+                                    reason, detail)
+
+
+def as_jpeg(image: bytes, quality: int = 90) -> bytes:
+    """``image`` as JPEG bytes (a PNG is re-encoded; a JPEG is passed through)."""
+    if image_kind(image) != "png":
+        return image
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(image)) as img:
+        rgb = img.convert("RGB")
+    out = io.BytesIO()
+    rgb.save(out, "JPEG", quality=quality)
+    return out.getvalue()

@@ -10,7 +10,13 @@ from typing import Any
 import paho.mqtt.client as paho
 import pytest
 
-from edgevlm.homeassistant import DiscoveryContext, discovery_messages, removal_messages
+from edgevlm.homeassistant import (
+    BRIDGE_ENTITIES,
+    CAMERA_ENTITIES,
+    DiscoveryContext,
+    discovery_messages,
+    removal_messages,
+)
 from tests.mqtt.conftest import MqttTestClient
 from tests.unit.test_homeassistant import check_messages, ctx
 
@@ -47,7 +53,7 @@ def test_discovery_is_retained_valid_and_removable(
     retained = retained_snapshot(mqtt_client(), f"{PREFIX}/#")
     assert retained == dict(discovery_messages(context))
     entities = check_messages(sorted(retained.items()), form)
-    assert len(entities) == 14  # 11 bridge entities + image, sensor, switch
+    assert len(entities) == len(BRIDGE_ENTITIES) + len(CAMERA_ENTITIES)
 
     publish_all(publisher, removal_messages(context))
     assert retained_snapshot(mqtt_client(), f"{PREFIX}/#") == {}
@@ -64,7 +70,7 @@ def test_daemon_publishes_discovery_on_connect_and_again_on_home_assistant_birth
         "sensor.edgevlm_garage_last_answer", "event.edgevlm_garage_answer_ready",
         "image.edgevlm_garage_driveway_snapshot"}
     assert all(e["availability"][0]["topic"] == "edgevlm/garage/bridge/state"
-               for e in entities)
+               for e in entities if e["unique_id"] != f"{topic.split('/')[2]}_connection_state")
 
     ha = mqtt_client()
     ha.sub(f"{PREFIX}/device/#")
@@ -90,5 +96,6 @@ def test_daemon_component_form_publishes_one_valid_message_per_entity(
                   "cameras.door.enabled": True})
     retained = retained_snapshot(mqtt_client(), f"{PREFIX}/+/+/+/config")
     entities = check_messages(sorted(retained.items()), "component")
-    assert len(entities) == 14
-    assert {e["p"] for e in entities} == {"sensor", "binary_sensor", "event", "image", "switch"}
+    assert len(entities) == len(BRIDGE_ENTITIES) + len(CAMERA_ENTITIES)
+    assert {e["p"] for e in entities} == {"sensor", "binary_sensor", "event", "image", "switch",
+                                          "text", "number"}

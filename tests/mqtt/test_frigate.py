@@ -12,21 +12,9 @@ from edgevlm.config import Config
 from edgevlm.service import Service
 from tests.helpers import image_bytes
 from tests.mqtt.conftest import MqttTestClient
+from tests.mqtt.frigate_shapes import frigate_event
 
 ROOT = "edgevlm/node1/camera"
-
-
-def frigate_event(kind: str, event_id: str, camera: str = "front_door", label: str = "person",
-                  sub_label: Any = None) -> dict[str, Any]:
-    """The shape Frigate publishes on ``frigate/events`` (trimmed to the usual keys)."""
-    after = {"id": event_id, "camera": camera, "frame_time": 1700000001.5,
-             "snapshot_time": 1700000001.2, "label": label, "sub_label": sub_label,
-             "top_score": 0.91, "false_positive": False, "start_time": 1700000000.0,
-             "end_time": 1700000009.0 if kind == "end" else None, "score": 0.88,
-             "box": [10, 20, 60, 90], "area": 3500, "region": [0, 0, 320, 320],
-             "current_zones": [], "entered_zones": ["porch"], "has_snapshot": True,
-             "has_clip": False, "stationary": False}
-    return {"type": kind, "before": after, "after": after}
 
 
 @pytest.fixture

@@ -95,7 +95,8 @@ def test_the_default_check_would_catch_a_changed_value(tmp_path: Path) -> None:
 SECTION_CLASSES = {"model": "ModelConfig", "limits": "LimitsConfig", "media": "MediaConfig",
                    "cache": "CacheConfig", "mqtt": "MQTTConfig",
                    "homeassistant": "HomeAssistantConfig", "zeroconf": "ZeroconfConfig",
-                   "cameras.*": "CameraConfig", "mqtt.tls": "TLSConfig"}
+                   "cameras.*": "CameraConfig", "mqtt.tls": "TLSConfig",
+                   "frigate": "FrigateConfig"}
 
 
 class Reads(ast.NodeVisitor):
@@ -119,7 +120,7 @@ class Reads(ast.NodeVisitor):
     def section_of(node: ast.AST, aliases: dict[str, str]) -> str | None:
         if isinstance(node, ast.Attribute):
             if node.attr in ("model", "limits", "media", "cache", "mqtt", "homeassistant",
-                             "zeroconf", "cameras"):
+                             "zeroconf", "cameras", "frigate"):
                 return node.attr
             if node.attr == "tls":
                 return "mqtt.tls"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,8 @@ from edgevlm.metrics import Metrics
 
 GOLDEN = Path(__file__).parents[1] / "fixtures" / "homeassistant"
 
-COMMON = {"name", "unique_id", "default_entity_id", "availability", "availability_mode",
-          "availability_topic", "availability_template", "payload_available",
+COMMON = {"name", "unique_id", "default_entity_id", "object_id", "availability",
+          "availability_mode", "availability_topic", "availability_template", "payload_available",
           "payload_not_available", "device", "origin", "enabled_by_default", "entity_category",
           "entity_picture", "icon", "json_attributes_topic", "json_attributes_template", "qos",
           "encoding", "message_expiry_interval", "visible_by_default"}
@@ -61,9 +62,17 @@ PLATFORMS: dict[str, tuple[set[str], set[str]]] = {  # platform: (required, acce
     "switch": ({"command_topic"}, {"command_topic", "command_template", "state_topic",
                                    "value_template", "payload_on", "payload_off", "state_on",
                                    "state_off", "optimistic", "retain", "device_class"}),
+    "text": ({"command_topic"}, {"command_topic", "command_template", "state_topic",
+                                 "value_template", "min", "max", "mode", "pattern", "retain"}),
+    "number": ({"command_topic"}, {"command_topic", "command_template", "state_topic",
+                                   "value_template", "min", "max", "step", "mode", "retain",
+                                   "optimistic", "payload_reset", "device_class",
+                                   "unit_of_measurement"}),
 }
-DEVICE_CLASSES = {"sensor": {"duration", "data_size"}, "binary_sensor": {"running"},
-                  "event": set(), "image": set(), "switch": {"switch", "outlet"}}
+DEVICE_CLASSES = {"sensor": {"duration", "data_size"},
+                  "binary_sensor": {"running", "connectivity"}, "event": set(),
+                  "image": set(), "switch": {"switch", "outlet"}, "text": set(),
+                  "number": set()}
 DURATION_UNITS = {"d", "h", "min", "s", "ms"}
 DEVICE_KEYS = {"identifiers", "connections", "manufacturer", "model", "model_id", "name",
                "hw_version", "serial_number", "sw_version", "via_device", "suggested_area",
@@ -100,7 +109,7 @@ def check_entity(platform: str, config: dict[str, Any]) -> None:
     assert not unknown, f"{platform} does not accept {unknown}"
     assert config["unique_id"] and isinstance(config["name"], str)
     assert re.fullmatch(rf"{platform}\.[a-z0-9_]+", config["default_entity_id"])
-    assert "object_id" not in config
+    assert config["object_id"] == config["default_entity_id"].split(".", 1)[1]
     for key, value in config.items():
         if key.endswith("_topic"):
             assert TOPIC.match(value) and "//" not in value, (key, value)
@@ -163,7 +172,8 @@ def test_checker_rejects_what_home_assistant_would_reject() -> None:
     for broken in ({**base, "stat_topic": "x"}, {k: v for k, v in base.items()
                                                   if k != "state_topic"},
                    {**base, "default_entity_id": "binary_sensor.x"},
-                   {**base, "availability_topic": "a/b"}, {**base, "object_id": "x"}):
+                   {**base, "availability_topic": "a/b"}, {**base, "object_id": "x"},
+                   {**base, "entity_category": "bogus"}):
         with pytest.raises(AssertionError):
             check_entity("sensor", broken)
 
@@ -217,9 +227,66 @@ def test_removal_messages_empty_every_discovery_topic() -> None:
         assert all(payload == b"" for _, payload in removed)
 
 
-def render(template: str, payload: Any) -> str:
+def render(template: str, payload: Any, this: Any = None) -> str:
+    """As HA's ``MqttValueTemplate`` renders it: ``value``, ``value_json`` and ``this`` (the
+    entity's current state object; homeassistant/components/mqtt/models.py, ATTR_THIS)."""
     env = jinja2.sandbox.ImmutableSandboxedEnvironment()
-    return env.from_string(template).render(value=json.dumps(payload), value_json=payload)
+    variables = {"value": json.dumps(payload), "value_json": payload}
+    if this is not None:
+        variables["this"] = this
+    return env.from_string(template).render(**variables)
+
+
+@dataclass
+class HAState:
+    """What ``this`` is in an MQTT template: the entity's state and attributes."""
+
+    state: str
+    attributes: dict[str, Any]
+
+
+# homeassistant/components/mqtt/const.py MQTT_ATTRIBUTES_BLOCKED (a part): HA's own
+# attributes, dropped from a json_attributes message
+HA_OWN_ATTRIBUTES = {"friendly_name", "icon", "device_class", "unit_of_measurement"}
+
+
+def receive(config: dict[str, Any], entity: HAState, payload: dict[str, Any]) -> HAState:
+    """One message on the sensor's state + attributes topic, as HA's MQTT sensor handles it
+    (value_template -> state; json_attributes_template -> a dict, blocked keys dropped)."""
+    state = render(config["value_template"], payload, entity)
+    attributes = json.loads(render(config["json_attributes_template"], payload, entity))
+    assert isinstance(attributes, dict)
+    kept = {k: v for k, v in attributes.items() if k not in HA_OWN_ATTRIBUTES}
+    return HAState(state, {**{k: entity.attributes[k] for k in HA_OWN_ATTRIBUTES
+                              if k in entity.attributes}, **kept})
+
+
+def test_a_skipped_or_failed_record_leaves_the_description_sensor_as_it_was() -> None:
+    """Issue 21 (7): a Frigate event's ``skipped``/``failed`` record is on the description
+    topic (non-retained); the sensor keeps the last description and its attributes."""
+    config = entity_configs(ctx(cameras=("driveway",)))["driveway_description"]
+    assert "this.state" in config["value_template"]
+    entity = HAState("unknown", {"friendly_name": "Driveway description", "icon": "mdi:cctv"})
+    good = {"camera": "driveway", "label": "car", "event_id": "e1", "text": "A red car.",
+            "model": "m", "metrics": {"total_ms": 900.0}, "at": "2026-11-30T12:00:00.000Z",
+            "type": "description", "id": "e1", "description": "A red car."}
+    entity = receive(config, entity, good)
+    assert entity.state == "A red car." and entity.attributes["event_id"] == "e1"
+    before = HAState(entity.state, dict(entity.attributes))
+    for status, reason in (("skipped", "no_snapshot"), ("failed", "busy")):
+        record = {"camera": "driveway", "label": "person", "event_id": "e2", "id": "e2",
+                  "status": status, "reason": reason, "detail": "...", "text": None,
+                  "at": "2026-11-30T12:01:00.000Z"}
+        entity = receive(config, entity, record)
+        assert entity == before, status
+    entity = receive(config, entity, {**good, "text": "A blue car.", "event_id": "e3"})
+    assert entity.state == "A blue car." and entity.attributes["event_id"] == "e3"
+    assert entity.attributes["friendly_name"] == "Driveway description"
+    skipped = {"camera": "driveway", "event_id": "e4", "status": "skipped",
+               "reason": "camera_off", "text": None}
+    for shown in ("unknown", "unavailable"):  # no description yet / camera switched off
+        nothing = receive(config, HAState(shown, {"friendly_name": "D"}), skipped)
+        assert nothing == HAState("None", {"friendly_name": "D"}), shown  # "None": unknown
 
 
 def sample_payloads() -> list[dict[str, Any]]:
@@ -246,6 +313,7 @@ def test_templates_render_numbers_or_unknown_and_short_text() -> None:
             continue
         topic = config["state_topic"]
         payloads = (sample_payloads() if topic.endswith("bridge/health")
+                    else [{"version": "0.1.0"}] if topic.endswith("bridge/info")
                     else [answer] if topic.endswith("last_answer") else [description])
         for payload in payloads:
             state = render(template, payload)
@@ -278,6 +346,106 @@ def test_golden_copies() -> None:
 
 
 def test_camera_entity_table_is_complete() -> None:
-    assert {d.platform for d in CAMERA_ENTITIES} == {"image", "sensor", "switch"}
+    assert {d.platform for d in CAMERA_ENTITIES} == {"image", "sensor", "switch", "text",
+                                                     "number", "event"}
     no_switch = DiscoveryContext(**{**ctx().__dict__, "camera_switches": False})
     assert not any(c["p"] == "switch" for c in entity_configs(no_switch).values())
+
+
+def test_issue_21_entities() -> None:
+    """Issue 21 (5, 7, 9), checked against Home Assistant's MQTT integration
+    (home-assistant/core homeassistant/components/mqtt/): ``schemas.py``
+    ``MQTT_ENTITY_COMMON_SCHEMA`` (``object_id``, ``entity_category``; before 2025.10 no
+    ``default_entity_id``, so older releases drop it) and ``entity.py``
+    ``init_entity_id_from_config`` (the entity id from ``object_id``); ``event.py``
+    (``event_types``, JSON ``event_type``), ``text.py`` (``min``/``max`` <= 255, ``mode``),
+    ``number.py`` (``min``/``max``/``step``, default max 100), ``binary_sensor.py``
+    (``device_class: connectivity``). Conventions from Zigbee2MQTT
+    ``lib/extension/homeassistant.ts`` ``getBridgeEntity``: ``connection_state``
+    (connectivity, diagnostic, ``availability: false``) and a diagnostic version sensor."""
+    configs = entity_configs(ctx(cameras=("driveway",)))
+    for key in ("ttft_p50", "answer_time_p50", "tokens_per_s", "queue_depth",
+                "cache_hit_rate", "requests", "errors", "memory", "connection_state",
+                "version"):
+        assert configs[key]["entity_category"] == "diagnostic", key
+    for key in ("last_answer", "busy", "answer_ready", "driveway_description"):
+        assert "entity_category" not in configs[key], key
+    conn = configs["connection_state"]
+    assert (conn["p"], conn["device_class"], conn["state_topic"]) == (
+        "binary_sensor", "connectivity", "edgevlm/garage/bridge/state")
+    assert (conn["payload_on"], conn["payload_off"]) == ("online", "offline")
+    assert "availability" not in conn  # else it would be "unavailable", never "off"
+    version = configs["version"]
+    assert version["state_topic"] == "edgevlm/garage/bridge/info"
+    assert render(version["value_template"], {"version": "1.2.3"}) == "1.2.3"
+    for c in configs.values():  # entity ids right before and after HA 2025.10
+        assert c["default_entity_id"] == f"{c['p']}.{c['object_id']}"
+    assert configs["driveway_enabled"]["retain"] is True
+    prompt, tokens = configs["driveway_prompt"], configs["driveway_max_tokens"]
+    assert (prompt["p"], prompt["command_topic"], prompt["state_topic"], prompt["max"]) == (
+        "text", "edgevlm/garage/camera/driveway/prompt/set",
+        "edgevlm/garage/camera/driveway/prompt", 255)
+    assert (tokens["p"], tokens["min"], tokens["max"], tokens["step"]) == ("number", 1, 4096, 1)
+    assert tokens["command_topic"] == "edgevlm/garage/camera/driveway/max_tokens/set"
+    assert prompt["retain"] is tokens["retain"] is True
+    event = configs["driveway_event"]
+    assert event["p"] == "event" and event["state_topic"] == "edgevlm/garage/camera/driveway/event"
+    assert event["event_types"] == ["description_ready", "description_skipped",
+                                    "description_failed"]
+
+
+@pytest.mark.parametrize("form", ["device", "component"])
+def test_a_removed_camera_has_its_components_removed(form: str) -> None:
+    import dataclasses
+
+    c = dataclasses.replace(ctx(form, cameras=("driveway",)), removed_cameras=("porch",))
+    messages = discovery_messages(c)
+    if form == "device":
+        (_, payload), = messages
+        cmps = json.loads(payload)["cmps"]
+        gone = {k: v for k, v in cmps.items() if k.startswith("porch_")}
+        assert len(gone) == len(CAMERA_ENTITIES)
+        assert all(set(v) == {"p"} for v in gone.values())  # HA: only "p" removes it
+        check_messages([(t, json.dumps({**json.loads(p), "cmps": {
+            k: v for k, v in json.loads(p)["cmps"].items() if not k.startswith("porch_")}}
+        ).encode()) for t, p in messages], form)
+    else:
+        empty = [t for t, p in messages if p == b""]
+        assert len(empty) == len(CAMERA_ENTITIES) and all("/porch_" in t for t in empty)
+        check_messages([(t, p) for t, p in messages if p], form)
+
+
+BLUEPRINTS = Path(__file__).parents[2] / "integration/homeassistant/blueprints/automation/edgevlm"
+
+
+def test_the_frigate_blueprint_triggers_on_the_camera_event_entity() -> None:
+    """Issue 21 (8): a second blueprint notifies on Frigate's ``new`` with a ``tag`` and
+    replaces it when the camera's event entity fires (ready/skipped/failed), instead of
+    waiting a fixed time after motion (Frigate's ``end`` often comes 30-60 s later)."""
+    from tests.unit.test_homeassistant_integration import discovered_entity_ids, load
+
+    bp = load(BLUEPRINTS / "describe_frigate_event.yaml")
+    meta = bp["blueprint"]
+    assert meta["domain"] == "automation"
+    versions = {load(p)["blueprint"]["homeassistant"]["min_version"]
+                for p in BLUEPRINTS.glob("*.yaml")}
+    assert versions == {"2024.11.0"}  # device discovery; the same in docs/homeassistant.md
+    event_input = meta["input"]["camera_event"]
+    assert event_input["default"] in discovered_entity_ids()
+    assert event_input["default"].startswith("event.") and event_input["default"].endswith(
+        "_driveway_event")
+    triggers = {t["id"]: t for t in bp["triggers"]}
+    edgevlm = triggers["edgevlm"]
+    assert (edgevlm["trigger"], edgevlm["entity_id"]) == ("state", {"!input": "camera_event"})
+    assert {"unavailable", "unknown"} <= set(edgevlm["not_from"]) & set(edgevlm["not_to"])
+    frigate = triggers["frigate_new"]
+    assert frigate["trigger"] == "mqtt" and meta["input"][frigate["topic"]["!input"]][
+        "default"] == "frigate/events"
+    notifications = [step for option in bp["actions"][0]["choose"]
+                     for step in option["sequence"] if "action" in step]
+    assert len(notifications) == 2
+    tags = [n["data"]["data"]["tag"] for n in notifications]
+    assert tags == ["{{ trigger.payload_json.after.id }}", "{{ fired.event_id }}"]
+    text = (BLUEPRINTS / "describe_frigate_event.yaml").read_text(encoding="utf-8")
+    assert "description_ready" in text
+    assert "fired.reason" in text  # skipped/failed say why

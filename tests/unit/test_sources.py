@@ -38,7 +38,8 @@ def make(cameras: dict[str, dict[str, Any]], clock: Clock | None = None
 def event(kind: str, event_id: str, camera: str = "front", label: str = "person",
           sub_label: Any = None, **extra: Any) -> bytes:
     after = {"id": event_id, "camera": camera, "label": label, "sub_label": sub_label,
-             "top_score": 0.9, "start_time": 1.0, "end_time": None, **extra}
+             "top_score": 0.9, "start_time": 999.0, "end_time": None,
+             "snapshot": {"frame_time": 1000.0}, **extra}  # Clock() starts at 1000.0
     return json.dumps({"type": kind, "before": after, "after": after}).encode()
 
 
@@ -53,6 +54,8 @@ def test_subscriptions_cover_image_set_and_frigate_topics() -> None:
     assert sorted(sources.subscriptions()) == sorted([
         f"{ROOT}/door/image", f"{ROOT}/front/image", "cams/yard/jpeg",
         f"{ROOT}/door/set", f"{ROOT}/front/set", f"{ROOT}/yard/set",
+        *(f"{ROOT}/{cam}/{option}/set" for cam in ("door", "front", "yard")
+          for option in ("prompt", "max_tokens")),
         "frigate/events", "frigate/front/+/snapshot"])
 
 
@@ -107,14 +110,17 @@ def test_a_camera_disabled_in_the_config_starts_off() -> None:
 
 
 def test_frigate_end_event_describes_the_latest_snapshot_once() -> None:
-    sources, frames = make({"front": {"frigate": True}})
+    clock = Clock()
+    sources, frames = make({"front": {"frigate": True}}, clock)
     sources.handle("frigate/front/person/snapshot", JPEG)
-    sources.handle("frigate/front/person/snapshot", PNG)  # a better one
-    sources.handle("frigate/events", event("new", "e1"))
-    sources.handle("frigate/events", event("update", "e1"))
+    clock.now += 0.3
+    sources.handle("frigate/front/person/snapshot", PNG)  # a better one: its best frame
+    best = {"snapshot": {"frame_time": clock.now}}
+    sources.handle("frigate/events", event("new", "e1", **best))
+    sources.handle("frigate/events", event("update", "e1", **best))
     assert frames == []  # default trigger: end only
-    sources.handle("frigate/events", event("end", "e1"))
-    sources.handle("frigate/events", event("end", "e1"))  # repeated
+    sources.handle("frigate/events", event("end", "e1", **best))
+    sources.handle("frigate/events", event("end", "e1", **best))  # repeated
     assert len(frames) == 1
     frame = frames[0]
     assert (frame.camera, frame.label, frame.event_id, frame.image) == ("front", "person",
@@ -138,7 +144,8 @@ def test_frigate_event_whose_snapshot_comes_too_late_is_not_described() -> None:
     clock.now += 6
     sources.handle("frigate/front/car/snapshot", JPEG)
     assert frames == []
-    sources.handle("frigate/events", event("new", "e2", label="car"))  # now there is one
+    sources.handle("frigate/events", event("new", "e2", label="car", start_time=clock.now,
+                                           snapshot={"frame_time": clock.now}))  # its own
     assert [f.event_id for f in frames] == ["e2"]
 
 

@@ -3,13 +3,18 @@
 Requests queue first-in first-out up to ``capacity`` (a full queue answers ``busy``). Camera
 frames take a named *slot* (``camera:<name>``): a newer frame replaces the one still waiting
 in that slot and keeps its place in line, so a busy board describes the latest frame instead of
-a backlog.
+a backlog. Frigate events are not frames to replace: each one queues on its own
+(:meth:`JobQueue.put_event`), at most ``limit`` per camera; every event that leaves the queue
+without running (pushed out by a newer one, refused, past its deadline, the daemon stopping)
+is handed to ``on_drop`` with the reason, so it still gets its ``skipped`` record.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..protocol import Request
@@ -39,6 +44,8 @@ class CameraJob:
     frame: CameraFrame
     request: Request
     received: float
+    deadline: float | None = None    # time.monotonic() after which it must not start
+    group: str | None = None         # put_event's group (the camera of a Frigate event)
 
 
 Job = RequestJob | CameraJob
@@ -58,6 +65,7 @@ class JobQueue:
     _slots: dict[str, Job] = field(default_factory=dict)
     _cond: threading.Condition = field(default_factory=threading.Condition)
     _closed: bool = False
+    on_drop: Callable[[CameraJob, str], None] | None = None  # (job, reason), outside the lock
 
     def __len__(self) -> int:
         with self._cond:
@@ -86,17 +94,64 @@ class JobQueue:
             self._cond.notify()
             return True, replaced
 
-    def get(self, timeout: float) -> Job | None:
+    def put_event(self, group: str, limit: int, job: CameraJob) -> bool:
+        """Queue ``job`` on its own, at most ``limit`` of ``group`` waiting: a full group
+        pushes out its oldest (``on_drop(old, "queue_full")``). False (``job`` is not
+        queued; the caller reports it) when the whole queue is full or closed."""
+        dropped: CameraJob | None = None
         with self._cond:
-            if not self._items and not self._cond.wait_for(lambda: bool(self._items), timeout):
-                return None
-            item = self._items.popleft()
-            return self._slots.pop(item.name) if isinstance(item, _Slot) else item
+            if self._closed:
+                return False
+            job.group = group
+            mine = [i for i, item in enumerate(self._items)
+                    if isinstance(item, CameraJob) and item.group == group]
+            if len(mine) >= limit:
+                dropped = self._items[mine[0]]  # type: ignore[assignment]
+                del self._items[mine[0]]
+            elif len(self._items) >= self.capacity:
+                return False
+            self._items.append(job)
+            self._cond.notify()
+        if dropped is not None:
+            self._dropped([dropped], "queue_full")
+        return True
+
+    def get(self, timeout: float) -> Job | None:
+        """The next job; events past their deadline are dropped (``on_drop``) on the way."""
+        expired: list[CameraJob] = []
+        try:
+            with self._cond:
+                while True:
+                    if not self._items and not self._cond.wait_for(lambda: bool(self._items),
+                                                                   timeout):
+                        return None
+                    item = self._items.popleft()
+                    job = self._slots.pop(item.name) if isinstance(item, _Slot) else item
+                    if (isinstance(job, CameraJob) and job.deadline is not None
+                            and time.monotonic() > job.deadline):
+                        expired.append(job)
+                        continue
+                    return job
+        finally:
+            self._dropped(expired, "deadline")
 
     def close(self) -> list[Job]:
-        """Refuse new work; return what was still waiting."""
+        """Refuse new work; return what was still waiting (events also go to ``on_drop``)."""
         with self._cond:
             self._closed = True
             left = [self._slots.pop(i.name) if isinstance(i, _Slot) else i for i in self._items]
             self._items.clear()
-            return left
+        self._dropped([j for j in left if isinstance(j, CameraJob) and j.group is not None],
+                      "stopping")
+        return left
+
+    def _dropped(self, jobs: list[CameraJob], reason: str) -> None:
+        if self.on_drop is None:
+            return
+        for job in jobs:
+            try:
+                self.on_drop(job, reason)
+            except Exception:  # a report failing must not lose the queue
+                import logging
+
+                logging.getLogger(__name__).exception("reporting a dropped job failed")
