@@ -197,8 +197,9 @@ def test_an_end_event_is_described_from_frigates_snapshot_and_written_back(
     assert json.loads(posted) == {"description": body["text"]}
     assert frigate.descriptions["1718000000.1-abc"] == body["text"]
     assert service.frigate_api is not None
-    assert service.frigate_api.counts() == {"fetched": 1, "fetch_failed": 0, "written": 1,
-                                            "write_failed": 0}
+    api = service.frigate_api  # the count follows Frigate's answer to the POST, read after it
+    wait_until(lambda: api.counts() == {"fetched": 1, "fetch_failed": 0, "written": 1,
+                                        "write_failed": 0}, what="the write-back counted")
 
 
 def test_an_unknown_event_falls_back_to_its_mqtt_snapshot_or_is_skipped(
