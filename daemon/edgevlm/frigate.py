@@ -97,7 +97,7 @@ class FrigateObject(BaseModel):
 
     @field_validator("snapshot", mode="before")
     @classmethod
-    def _thumbnail(cls, value: Any) -> Any:
+    def _snapshot_or_none(cls, value: Any) -> Any:
         return value if isinstance(value, dict) else None
 
     @property
@@ -258,10 +258,6 @@ class FrigateJoin:
             w = self._waiting.get(event_id)
         if w is not None:
             self._try(w.event, w.final, waited=True)
-
-    def is_waiting(self, event_id: str) -> bool:
-        with self._lock:
-            return event_id in self._waiting
 
     def drop(self, cameras: Iterable[str]) -> list[FrigateObject]:
         """Forget the events of ``cameras`` still waiting (a camera switched off)."""
