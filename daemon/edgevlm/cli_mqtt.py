@@ -124,6 +124,40 @@ def cmd_ask(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_pool_status(args: argparse.Namespace) -> int:
+    import os
+
+    from . import ask, pool_status
+
+    try:
+        host, port = ask.parse_broker(args.broker) if args.broker else ask.default_broker()
+    except ValueError as exc:
+        print(f"edgevlm pool status: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.wait < 0:
+        print("edgevlm pool status: --wait must be 0 or more seconds", file=sys.stderr)
+        return EXIT_USAGE
+    password = (args.password if args.password is not None
+                else os.environ.get("EDGEVLM_MQTT__PASSWORD"))
+    try:
+        rows = pool_status.collect(host, port, base_topic=args.base_topic, wait_s=args.wait,
+                                   protocol=args.protocol, username=args.username,
+                                   password=password)
+    except ask.BrokerUnavailable as exc:
+        print(f"edgevlm pool status: {exc}", file=sys.stderr)
+        return EXIT_NO_ANSWER
+    if args.json:
+        sys.stdout.write(json.dumps(pool_status.to_json(rows), ensure_ascii=False) + "\n")
+    elif rows:
+        sys.stdout.write(pool_status.render_table(rows))
+    if not rows:
+        print(f"edgevlm pool status: no board under {args.base_topic}/ at {host}:{port}: "
+              f"no retained {args.base_topic}/+/bridge/... within {args.wait:g} s (none "
+              "published, or the broker's ACL hides them)", file=sys.stderr)
+        return EXIT_NO_ANSWER
+    return EXIT_OK if pool_status.serving_count(rows) else EXIT_FAILED
+
+
 def cmd_encode(args: argparse.Namespace) -> int:
     from .engine import Engine
     from .models import demo_model_dir
@@ -221,6 +255,37 @@ def add_mqtt_commands(sub: Any) -> None:
     p.add_argument("--username", help="broker user name")
     p.add_argument("--password", help="broker password (or EDGEVLM_MQTT__PASSWORD)")
     p.set_defaults(func=cmd_ask)
+
+    p = sub.add_parser("pool", help="the shared pool of boards: `edgevlm pool status`",
+                       description="The boards that split the requests sent to "
+                       "<base>/pool/request/<verb>.")
+    pool_parser = p
+
+    def cmd_pool(args: argparse.Namespace) -> int:  # `edgevlm pool` without a subcommand
+        pool_parser.print_help(sys.stderr)
+        return EXIT_USAGE
+
+    p.set_defaults(func=cmd_pool)
+    pool = p.add_subparsers(dest="pool_command", metavar="SUBCOMMAND")
+    p = pool.add_parser("status", help="which boards are pool members and serve it",
+                        description="Reads the retained <base>/+/bridge/state, pool, info and "
+                        "health topics and prints one row per board. A board serves the pool "
+                        "when it is online and a member of its pool group. Exit codes: 0 at "
+                        "least one board serves the pool, 1 boards found but none serves it, "
+                        "2 usage, 3 no broker or no board.")
+    p.add_argument("--broker", metavar="HOST[:PORT]", help="default: EDGEVLM_MQTT__HOST/PORT "
+                   "or localhost:1883")
+    p.add_argument("--base-topic", default="edgevlm", help="the daemons' mqtt.base_topic "
+                   "(default edgevlm)")
+    p.add_argument("--wait", type=float, default=1.5, metavar="S",
+                   help="seconds to collect the retained bridge topics (default 1.5)")
+    p.add_argument("--json", action="store_true", help="print {nodes, group_members, serving} "
+                   "as JSON")
+    p.add_argument("--protocol", choices=["5", "3.1.1"], default="5",
+                   help="MQTT version (default 5)")
+    p.add_argument("--username", help="broker user name")
+    p.add_argument("--password", help="broker password (or EDGEVLM_MQTT__PASSWORD)")
+    p.set_defaults(func=cmd_pool_status)
 
     p = sub.add_parser("encode", help="compute a vision_tokens payload on this machine",
                        description="Runs the model's vision encoder on IMAGE and writes the "
