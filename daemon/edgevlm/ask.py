@@ -6,6 +6,13 @@ Response Topic (``<base>/clients/<user or client id>/reply/<token>``: under the 
 Data, and answers are matched by correlation; with MQTT 3.1.1 answers come on
 ``<base>/<node>/response/describe`` and are matched by the ``transaction`` echoed in the
 payload. Streamed partial chunks go to a callback.
+
+A pooled request is sent again when the pool goes silent about it (:class:`PoolRetry`): the
+broker drops what a dead board held (docs/mqtt.md "The shared pool"), so the client asks the
+board that takes it for ``working`` messages and publishes the same bytes again — same id,
+same reply route — when none come. A board that already has it answers it once (dedupe); a
+board that died mid-request may still answer after its restart, so at most one extra answer
+per lost board, with the same id.
 """
 
 from __future__ import annotations
@@ -126,6 +133,23 @@ def describe_request(prompt: str, parts: Sequence[dict[str, Any]] = (), *,
     return body
 
 
+@dataclass(frozen=True)
+class PoolRetry:
+    """The client's half of the pool's promise: publish the same request again when the pool
+    goes silent about it.
+
+    The request asks for ``working`` every ``progress_s`` (its ``progress_s`` field). Nothing
+    heard within ``accept_s`` of a publish (it went to a board that is gone), or nothing for
+    ``silence_s`` after the last message (the board died or its network was cut): publish the
+    same bytes again. A ``busy`` answer: again after ``busy_pause_s`` (another board will
+    likely take it); when time runs out, that ``busy`` answer is the result."""
+
+    progress_s: float = 2.0
+    accept_s: float = 3.0
+    silence_s: float = 5.0
+    busy_pause_s: float = 0.5
+
+
 @dataclass
 class _Waiter:
     request_id: str
@@ -133,6 +157,16 @@ class _Waiter:
     done: threading.Event = field(default_factory=threading.Event)
     answer: dict[str, Any] | None = None
     received_at: float = 0.0          # time.monotonic() when the final answer arrived
+    # the retry rule (None: publish once) and what a retry publishes again
+    retry: PoolRetry | None = None
+    topic: str = ""
+    payload: bytes = b""
+    properties: Properties | None = None
+    attempts: int = 0                 # publishes so far
+    published_at: float = 0.0         # the last publish (time.monotonic())
+    heard_at: float | None = None     # the last message about it since that publish
+    again_at: float | None = None     # a busy answer: publish again at this time
+    busy: dict[str, Any] | None = None  # the last busy answer (the result if time runs out)
 
 
 class DescribeClient:
@@ -166,6 +200,8 @@ class DescribeClient:
         self._refused: str | None = None
         self._retained_states: dict[str, str] = {}
         self._watches: dict[str, Callable[[paho.MQTTMessage], None]] = {}
+        self._retrying: threading.Thread | None = None
+        self._closed = threading.Event()
 
     # ------------------------------------------------------------------ connection
 
@@ -193,6 +229,7 @@ class DescribeClient:
                                     f"the connection: {self._refused or 'no answer'}")
 
     def close(self) -> None:
+        self._closed.set()
         try:
             self._client.disconnect()
         finally:
@@ -242,12 +279,18 @@ class DescribeClient:
 
     def send(self, request: dict[str, Any], node: str | None,
              on_chunk: Chunk | None = None, subscribe_timeout: float = 10.0,
-             properties: Properties | None = None) -> _Waiter:
-        """Publish ``request`` to ``node`` (None: the shared pool); returns its waiter."""
+             properties: Properties | None = None, retry: PoolRetry | None = None
+             ) -> _Waiter:
+        """Publish ``request`` to ``node`` (None: the shared pool); returns its waiter. With
+        ``retry`` the request asks for ``working`` messages and is published again by the
+        rule of :class:`PoolRetry` until :meth:`wait` returns."""
+        if retry is not None:
+            request = {**request, "progress_s": request.get("progress_s", retry.progress_s)}
         topics = Topics(self.base, node or "pool")
         topic = topics.request("describe") if node else topics.pool_request("describe")
         request_id = str(request["id"])
-        waiter = _Waiter(request_id, on_chunk)
+        waiter = _Waiter(request_id, on_chunk, retry=retry, topic=topic,
+                         payload=json.dumps(request).encode())
         props = properties
         if self.v5:
             self._subscribe(self.reply_topic(), subscribe_timeout)
@@ -258,17 +301,65 @@ class DescribeClient:
             if node is None:
                 raise ValueError("MQTT 3.1.1 cannot use the pool: there is no response topic")
             self._subscribe(topics.response("describe"), subscribe_timeout)
+        waiter.properties = props
         with self._lock:
             self._waiters[request_id] = waiter
-        info = self._client.publish(topic, json.dumps(request).encode(), qos=1,
-                                    properties=props)
-        if info.rc != paho.MQTT_ERR_SUCCESS:
-            raise BrokerUnavailable(f"publish failed: {paho.error_string(info.rc)}")
+        self._publish(waiter)
+        if retry is not None:
+            self._start_retrying()
         return waiter
+
+    def _publish(self, waiter: _Waiter) -> None:
+        with self._lock:
+            waiter.attempts += 1
+            waiter.published_at = time.monotonic()
+            waiter.heard_at = waiter.again_at = None
+        info = self._client.publish(waiter.topic, waiter.payload, qos=1,
+                                    properties=waiter.properties)
+        if info.rc not in (paho.MQTT_ERR_SUCCESS, paho.MQTT_ERR_NO_CONN):  # paho resends
+            raise BrokerUnavailable(f"publish failed: {paho.error_string(info.rc)}")
+
+    def _start_retrying(self) -> None:
+        with self._lock:
+            if self._retrying is not None:
+                return
+            self._retrying = threading.Thread(target=self._retry_loop, daemon=True,
+                                              name="edgevlm-ask-retry")
+        self._retrying.start()
+
+    def _retry_loop(self) -> None:
+        while not self._closed.wait(0.1):
+            try:
+                for waiter, why in self._due_again(time.monotonic()):
+                    log.info("request %s: %s; sending it again (attempt %d)",
+                             waiter.request_id, why, waiter.attempts + 1)
+                    self._publish(waiter)
+            except Exception:  # the next round tries again
+                log.exception("resending a pooled request failed")
+
+    def _due_again(self, now: float) -> list[tuple[_Waiter, str]]:
+        """The waiters whose request must be published again, and why."""
+        due: list[tuple[_Waiter, str]] = []
+        with self._lock:
+            for waiter in self._waiters.values():
+                rule = waiter.retry
+                if rule is None or waiter.done.is_set():
+                    continue
+                if waiter.again_at is not None:
+                    if now >= waiter.again_at:
+                        due.append((waiter, "the board answered busy"))
+                elif waiter.heard_at is None:
+                    if now - waiter.published_at >= rule.accept_s:
+                        due.append((waiter, f"no board took it within {rule.accept_s:g} s"))
+                elif now - waiter.heard_at >= rule.silence_s:
+                    due.append((waiter, f"no word from its board for {rule.silence_s:g} s"))
+        return due
 
     def wait(self, waiter: _Waiter, timeout: float) -> dict[str, Any]:
         try:
             if not waiter.done.wait(timeout) or waiter.answer is None:
+                if waiter.busy is not None:
+                    return waiter.busy
                 raise NoAnswer(f"no answer to {waiter.request_id} within {timeout:g} s")
             return waiter.answer
         finally:
@@ -276,10 +367,10 @@ class DescribeClient:
                 self._waiters.pop(waiter.request_id, None)
 
     def ask(self, request: dict[str, Any], node: str | None, timeout: float = 60.0,
-            on_chunk: Chunk | None = None) -> dict[str, Any]:
+            on_chunk: Chunk | None = None, retry: PoolRetry | None = None) -> dict[str, Any]:
         """Send ``request`` and return the final answer (``status`` ok or error)."""
         deadline = time.monotonic() + timeout
-        waiter = self.send(request, node, on_chunk, subscribe_timeout=timeout)
+        waiter = self.send(request, node, on_chunk, subscribe_timeout=timeout, retry=retry)
         return self.wait(waiter, max(deadline - time.monotonic(), 0.0))
 
     def _on_message(self, client: Any, userdata: Any, msg: paho.MQTTMessage) -> None:
@@ -314,7 +405,17 @@ class DescribeClient:
                 str(body.get("transaction") or body.get("id") or ""))
         if waiter is None:
             return
-        if body.get("status") == "partial":
+        status = body.get("status")
+        with self._lock:
+            waiter.heard_at = now
+            if (status == "error" and waiter.retry is not None
+                    and (body.get("error") or {}).get("type") == "busy"):
+                waiter.busy = body
+                waiter.again_at = now + waiter.retry.busy_pause_s
+                return
+        if status == "working":
+            return
+        if status == "partial":
             if waiter.on_chunk is not None:
                 waiter.on_chunk(body)
             return

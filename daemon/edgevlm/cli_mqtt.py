@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
     try:
         with ask.DescribeClient(host, port, base_topic=args.base_topic, protocol=args.protocol,
-                                username=args.username, password=args.password) as client:
+                                username=args.username,
+                                password=args.password or os.environ.get(
+                                    "EDGEVLM_MQTT__PASSWORD")) as client:
             client.connect(args.timeout)
             node = None if args.pool else args.node
             if node is None and not args.pool:
@@ -104,7 +107,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
                           file=sys.stderr)
                     return EXIT_NO_ANSWER if not nodes else EXIT_USAGE
                 node = nodes[0]
-            answer = client.ask(request, node, args.timeout, on_chunk if args.stream else None)
+            retry = ask.PoolRetry() if args.pool and not args.no_retry else None
+            answer = client.ask(request, node, args.timeout, on_chunk if args.stream else None,
+                                retry=retry)
     except (ask.BrokerUnavailable, ask.NoAnswer) as exc:
         print(f"edgevlm ask: {exc}", file=sys.stderr)
         return EXIT_NO_ANSWER
@@ -235,7 +240,11 @@ def add_mqtt_commands(sub: Any) -> None:
                    "or localhost:1883")
     target = p.add_mutually_exclusive_group()
     target.add_argument("--node", help="the daemon's node id (default: the only one online)")
-    target.add_argument("--pool", action="store_true", help="send to the shared pool")
+    target.add_argument("--pool", action="store_true", help="send to the shared pool; "
+                        "sent again (same id) when the pool goes silent about it or answers "
+                        "busy, until --timeout")
+    p.add_argument("--no-retry", action="store_true", help="with --pool: publish once, never "
+                   "again")
     p.add_argument("--base-topic", default="edgevlm", help="the daemons' mqtt.base_topic "
                    "(default edgevlm)")
     p.add_argument("--image", action="append", default=[], metavar="FILE",
@@ -266,7 +275,8 @@ def add_mqtt_commands(sub: Any) -> None:
         return EXIT_USAGE
 
     p.set_defaults(func=cmd_pool)
-    pool = p.add_subparsers(dest="pool_command", metavar="SUBCOMMAND")
+    pool = p.add_subparsers(dest="pool_command", metavar="SUBCOMMAND",
+                             help="status: which boards are in the pool and serve")
     p = pool.add_parser("status", help="which boards are pool members and serve it",
                         description="Reads the retained <base>/+/bridge/state, pool, info and "
                         "health topics and prints one row per board. A board serves the pool "

@@ -199,6 +199,11 @@ class Request(_Strict):
     stop: list[UnicodeText] = Field(default_factory=list, max_length=MAX_STOP_STRINGS)
     stream: bool = False
     deadline_ms: int | None = Field(default=None, ge=1)
+    progress_s: float | None = Field(
+        default=None, ge=1, le=60, description="the board that takes the request publishes "
+        "a `working` message to its reply route at once and every progress_s seconds until "
+        "the answer: a client that hears nothing for a while may send the same request "
+        "again (the pool's retry rule, docs/mqtt.md)")
     mm_processor_kwargs: MMProcessorKwargs | None = None
 
     @field_validator("stop", mode="before")
@@ -325,6 +330,18 @@ class StreamChunk(_Strict):
     status: Literal["partial"] = "partial"
     seq: int = Field(ge=0)
     text: str
+
+
+class Progress(_Strict):
+    """A request is queued or running on ``node`` (sent while the request asked for
+    ``progress_s``); never the answer: the final message has ``status`` ok or error."""
+
+    v: Literal[1] = PROTOCOL_VERSION
+    id: str | None = None
+    transaction: str | None = None
+    status: Literal["working"] = "working"
+    node: str
+    stage: Literal["queued", "running"]
 
 
 # --------------------------------------------------------------------------- parsing
@@ -457,4 +474,5 @@ def request_schema() -> dict[str, Any]:
         "request": Request.model_json_schema(by_alias=True),
         "response": Response.model_json_schema(),
         "stream_chunk": StreamChunk.model_json_schema(),
+        "progress": Progress.model_json_schema(),
     }

@@ -32,7 +32,7 @@ from .cache import VisionCache
 from .camera_options import OptionStore, camera_event
 from .config import Config
 from .engine import Engine
-from .errors import WireError
+from .errors import Busy, WireError
 from .event_journal import EventJournal
 from .frigate_api import FetchThread, FrigateAPI
 from .liveness import Liveness, LivenessPolicy
@@ -49,8 +49,10 @@ from .mqtt.client import (
 )
 from .mqtt.connect_errors import EX_CONFIG, ConnectFailure
 from .mqtt.dedupe import DedupeMemory
-from .mqtt.jobs import CameraJob, JobQueue
+from .mqtt.jobs import CameraJob, Job, JobQueue, RequestJob
+from .mqtt.pool import PoolMember, pool_settings
 from .mqtt.probe import AclProbe, probe_targets
+from .mqtt.progress import ProgressBeacon
 from .mqtt.replies import Ack, Replier
 from .mqtt.requests import RequestHandler
 from .mqtt.topics import ReplyPolicy, Topics, homeassistant_status
@@ -133,10 +135,10 @@ class Service:
         self.engine = engine if engine is not None else load_engine(config)
         self.metrics = Metrics()
         self.host = broker_host(config)
-        self.link = MqttLink(LinkSettings.from_config(
+        settings = LinkSettings.from_config(
             mqtt, self.host, self.topics.state,
-            max_packet_size=max_incoming_packet(config.limits.max_payload_bytes)),
-                             on_message=self._on_message, on_ready=self._on_ready,
+            max_packet_size=max_incoming_packet(config.limits.max_payload_bytes))
+        self.link = MqttLink(settings, on_message=self._on_message, on_ready=self._on_ready,
                              on_connection=self._on_connection, exit_process=exit_process,
                              on_failure=self._on_link_failure)
         self.replier = Replier(self.link, metrics=self.metrics)
@@ -161,6 +163,18 @@ class Service:
         self.liveness = Liveness(liveness, job_started=lambda: self.worker.running_since,
                                  failures_in_a_row=self.metrics.failures_in_a_row)
         self.liveness.add_listener(self._on_serving_changed)
+        # the shared pool on a connection of its own, a member only while serving
+        # (edgevlm.mqtt.pool); requests that ask for it hear `working` (edgevlm.mqtt.progress)
+        self.pool: PoolMember | None = None
+        if mqtt.shared_group:
+            self.pool = PoolMember(
+                pool_settings(settings, self.topics, mqtt.shared_group, mqtt.pool_keepalive_s),
+                self.topics, mqtt.shared_group, on_message=self._on_message,
+                unfit=self._pool_unfit, on_left=self._left_pool, exit_process=exit_process,
+                publish_state=lambda payload: self._publish_pool_state(payload))
+        self.progress = ProgressBeacon(self.node_id, self._publish_progress,
+                                       serving=lambda: self.liveness.serving)
+        self.requests.progress = self.progress
         self.bridge.health_extra = self._health_extra
         self._state_lock = threading.Lock()  # bridge/state: the last one published is current
         self.camera_options = OptionStore(config.cache.dir)  # edgevlm.camera_options
@@ -176,7 +190,10 @@ class Service:
                                      journal=self.journal)
         self.queue.on_drop = self._on_dropped_frame
         self.ha_status = homeassistant_status(config.homeassistant.prefix)
-        filters = self.topics.request_subscriptions(mqtt.shared_group)
+        filters = self.topics.request_subscriptions(None)
+        if mqtt.shared_group:  # an earlier version's persistent session may hold it
+            self.link.set_stale_subscriptions(
+                self.topics.request_subscriptions(mqtt.shared_group)[len(filters):])
         filters += self.sources.subscriptions()
         if config.homeassistant.discovery:
             filters.append(self.ha_status)
@@ -184,6 +201,7 @@ class Service:
         # replies only under mqtt.reply_prefix, never where the daemon publishes or listens
         self.requests.replies = ReplyPolicy.for_node(
             self.topics, mqtt.reply_prefix, [*filters, f"{config.homeassistant.prefix}/#"])
+        self._stopping = False
         self._online = threading.Event()
         self._settled = threading.Event()  # online, or a start-up failure
         self._probe_passed = False         # the ACL probe passed once: the start is done
@@ -213,7 +231,10 @@ class Service:
         self.worker.start()
         self.bridge.start()
         self.liveness.start()
+        self.progress.start()
         self.link.start()
+        if self.pool is not None:
+            self.pool.start()
         self._started = True
         self._start_announcer()
         if timeout is not None and self._settled.wait(timeout) and self.startup_failure:
@@ -242,12 +263,16 @@ class Service:
             if self._stopped.is_set():
                 return
             log.info("stopping (%s)", reason)
+            self._stopping = True
+            if self.pool is not None:  # first: no pooled request arrives to be refused
+                self.pool.stop()
             self.requests.accepting = False
             self.liveness.stop()
             if self._started:
                 self.worker.shutdown(grace_s)
                 self.replier.stop(drain_s=5.0)
                 self.bridge.stop()
+                self.progress.stop()
                 self._publish_offline()
                 self.link.stop()
             if self.frigate_calls is not None:
@@ -280,7 +305,10 @@ class Service:
     # ------------------------------------------------------------------ liveness
 
     def _on_serving_changed(self, serving: bool, problem: str | None) -> None:
-        """Liveness thread: say it on bridge/state and bridge/health, and to systemd."""
+        """Liveness thread: say it on bridge/state and bridge/health, and to systemd; join
+        or leave the shared pool."""
+        if self.pool is not None:
+            self.pool.poke()
         sd_notify(f"STATUS=serving {self.engine.name} as {self.node_id}" if serving
                   else f"STATUS=cannot serve: {problem}")
         if not (self._probe_passed and self.link.ready):
@@ -304,10 +332,47 @@ class Service:
         health["serving"] = self.liveness.serving
         health["problem"] = self.liveness.problem
         health["mqtt"]["unreadable_dropped"] = self.link.unreadable
+        health["pool"] = self.pool.status() if self.pool is not None else None
+
+    # ------------------------------------------------------------------ the shared pool
+
+    def _pool_unfit(self) -> str | None:
+        """Why the board must not be in the shared pool now (None: it should be)."""
+        if self._stopping:
+            return "stopped"
+        if not self._online.is_set():
+            return "not online yet"
+        if not self.link.ready:
+            return "the node's own connection is down"
+        if not self.liveness.serving:
+            return f"cannot serve: {self.liveness.problem}"
+        return None
+
+    def _left_pool(self, reason: str) -> None:
+        """Pool thread: the pooled requests still waiting here get ``busy`` (their clients
+        send them again, to a board that serves); the running one finishes."""
+        if reason == "stopped":
+            return  # the worker's shutdown answers every waiting request
+        refused = self.worker.refuse_waiting(_is_pooled, Busy(
+            f"this board left the shared pool ({reason}); send the request again"))
+        if refused:
+            log.info("%d pooled request(s) waiting here answered busy", refused)
+        try:
+            self.bridge.publish_health()
+        except Exception:
+            log.exception("publishing health failed")
+
+    def _publish_pool_state(self, payload: bytes) -> None:
+        self.link.publish(self.topics.pool, payload, qos=1, retain=True)
+
+    def _publish_progress(self, topic: str, payload: bytes, properties: Any) -> None:
+        self.link.publish(topic, payload, qos=0, properties=properties)
 
     # ------------------------------------------------------------------ MQTT callbacks
 
     def _on_connection(self, connected: bool) -> None:
+        if self.pool is not None:
+            self.pool.poke()
         self.liveness.connection(connected)
         self.metrics.set_connected(connected)
         if connected and self.link.connects > 1:
@@ -372,6 +437,8 @@ class Service:
     def _went_online(self) -> None:
         self._online.set()
         self._settled.set()
+        if self.pool is not None:
+            self.pool.poke()
         if not self._recovered:  # events journaled by a run that died: their records
             self._recovered = True
             try:
@@ -407,7 +474,7 @@ class Service:
         if request_topic is not None:
             self.requests.handle(msg, request_topic)
             return
-        ack = [Ack(msg.mid, msg.qos)]
+        ack = [Ack.of(msg)]
         if msg.topic == self.ha_status:
             if msg.payload.strip().lower() == b"online":
                 delay = random.uniform(1.0, 5.0)
@@ -495,6 +562,10 @@ class Service:
                 self.sources.option_topic(frame.camera, "event"), "description_ready",
                 frame.camera, frame.label, frame.event_id, text), retain=False)
         self.journal.done(frame.event_id)
+
+
+def _is_pooled(job: Job) -> bool:
+    return isinstance(job, RequestJob) and job.pooled
 
 
 def serve_main(config: Config) -> int:

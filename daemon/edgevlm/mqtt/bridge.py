@@ -55,6 +55,7 @@ def info_payload(config: Config, engine: Engine, topics: Topics) -> dict[str, An
         "limits": config.limits.model_dump(mode="json"),
         "capabilities": {
             "verbs": list(VERBS), "stream": True, "pool": mqtt.shared_group is not None,
+            "pool_group": mqtt.shared_group,
             "protocol": str(mqtt.protocol),
             "parts": ["text", "image", "image_url", "video_frames", "vision_tokens",
                       "image_ref"],

@@ -34,7 +34,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import paho.mqtt.client as paho
@@ -101,6 +101,7 @@ class Incoming:
     response_topic: str | None = None    # v5 Response Topic
     correlation: bytes | None = None     # v5 Correlation Data
     expiry_s: int | None = None          # v5 Message Expiry Interval left on arrival
+    link: MqttLink | None = field(default=None, compare=False, repr=False)  # it came on
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,7 @@ class MqttLink:
         self._on_published_cb: Callable[[int], None] | None = None
         self._exit_process = exit_process
         self._filters: list[str] = []
+        self._stale_filters: list[str] = []
         self._sub_mid: int | None = None
         self._session_present = False
         self._lock = threading.Lock()
@@ -250,6 +252,13 @@ class MqttLink:
         """Topic filters (QoS 1) subscribed on every connect."""
         with self._lock:
             self._filters = list(dict.fromkeys(filters))
+
+    def set_stale_subscriptions(self, filters: list[str]) -> None:
+        """Topic filters a persistent session may still hold from an earlier version (the
+        shared pool's, which now has a connection of its own): unsubscribed whenever the
+        broker resumes a session."""
+        with self._lock:
+            self._stale_filters = list(dict.fromkeys(filters))
 
     @property
     def connected(self) -> bool:
@@ -379,7 +388,9 @@ class MqttLink:
         if self._on_connection_cb is not None:
             self._on_connection_cb(True)
         with self._lock:
-            filters = list(self._filters)
+            filters, stale = list(self._filters), list(self._stale_filters)
+        if stale and self._session_present:
+            client.unsubscribe(stale)
         if not filters:
             self._ready = True
             self._on_ready_cb(self._session_present)
@@ -465,7 +476,7 @@ class MqttLink:
                             mid=message.mid, dup=bool(message.dup), retain=bool(message.retain),
                             received=received, response_topic=response_topic,
                             correlation=bytes(correlation) if correlation is not None else None,
-                            expiry_s=int(expiry) if expiry is not None else None)
+                            expiry_s=int(expiry) if expiry is not None else None, link=self)
         try:
             self._on_message_cb(incoming)
         except Exception:

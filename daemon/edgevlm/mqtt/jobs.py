@@ -35,6 +35,9 @@ class RequestJob:
     received: float                  # time.monotonic() when the message arrived
     deadline: float | None           # time.monotonic() after which it must not start
     requester: str = ""              # who the route belongs to (image_ref capabilities)
+    pooled: bool = False             # it came through the shared pool
+    started: bool = False            # the worker has taken it (progress: "running")
+    done: bool = False               # answered (progress messages stop)
 
 
 @dataclass
@@ -134,6 +137,20 @@ class JobQueue:
                     return job
         finally:
             self._dropped(expired, "deadline")
+
+    def remove(self, wanted: Callable[[Job], bool]) -> list[Job]:
+        """Take the waiting jobs ``wanted`` accepts out of the queue (e.g. the pooled
+        requests of a board leaving the pool); the caller answers them."""
+        with self._cond:
+            taken: list[Job] = []
+            kept: deque[Job | _Slot] = deque()
+            for item in self._items:
+                if not isinstance(item, _Slot) and wanted(item):
+                    taken.append(item)
+                else:
+                    kept.append(item)
+            self._items = kept
+            return taken
 
     def close(self) -> list[Job]:
         """Refuse new work; return what was still waiting (events also go to ``on_drop``)."""

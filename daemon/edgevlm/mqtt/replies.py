@@ -32,7 +32,7 @@ from paho.mqtt.properties import Properties
 
 from ..errors import PayloadTooLarge
 from ..protocol import Response, StreamChunk
-from .client import MqttLink, PacketTooLarge, wait_confirmed
+from .client import Incoming, MqttLink, PacketTooLarge, wait_confirmed
 from .fast_properties import publish_properties
 
 if TYPE_CHECKING:
@@ -60,10 +60,16 @@ class Route:
 
 @dataclass(frozen=True)
 class Ack:
-    """A received message to acknowledge (its packet id and QoS)."""
+    """A received message to acknowledge: its packet id and QoS, and the connection it came
+    on (None: the replier's own; the shared pool has a connection of its own)."""
 
     mid: int
     qos: int
+    link: MqttLink | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, msg: Incoming) -> Ack:
+        return cls(msg.mid, msg.qos, msg.link)
 
 
 @dataclass
@@ -311,7 +317,7 @@ class Replier:
 
     def _ack(self, ack: Ack) -> None:
         try:
-            self.link.ack(ack.mid, ack.qos)
+            (ack.link or self.link).ack(ack.mid, ack.qos)
         except Exception:
             log.warning("ack of message %d failed", ack.mid, exc_info=True)
 

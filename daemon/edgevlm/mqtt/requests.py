@@ -36,6 +36,7 @@ from ..protocol import error_answer_json, request_id_of
 from .client import Incoming
 from .dedupe import DedupeMemory, RequestKey, digest
 from .jobs import JobQueue, RequestJob
+from .progress import ProgressBeacon
 from .refusals import RefusalLog
 from .replies import Ack, Replier, Route
 from .topics import ReplyPolicy, RequestTopic, Topics
@@ -99,6 +100,7 @@ class RequestHandler:
         self.clock = clock
         self.accepting = True
         self.refusals = RefusalLog(log)
+        self.progress: ProgressBeacon | None = None  # ``working`` messages (progress_s)
 
     def route_for(self, msg: Incoming, verb: str) -> tuple[Route, str | None]:
         """The reply route of ``msg``, and why its own Response Topic was refused (if so)."""
@@ -130,7 +132,7 @@ class RequestHandler:
         if msg.retain:  # a retained request would be run again on every (re)subscribe
             log.warning("ignoring a retained request on %s; publish requests without the "
                         "retain flag (clear it with an empty retained message)", msg.topic)
-            self.replier.ack_now([Ack(msg.mid, msg.qos)])
+            self.replier.ack_now([Ack.of(msg)])
             return
         route, refused = self.route_for(msg, rt.verb)
         try:
@@ -142,7 +144,7 @@ class RequestHandler:
 
     def _admit(self, msg: Incoming, rt: RequestTopic, route: Route, refused: str | None
                ) -> None:
-        ack = Ack(msg.mid, msg.qos)
+        ack = Ack.of(msg)
         requester = self.replies.requester(route.topic)
         self._requester = requester
         try:
@@ -186,9 +188,11 @@ class RequestHandler:
         self.metrics.received()
         job = RequestJob(key=key, request=request, verb=rt.verb, route=route, acks=[ack],
                          received=msg.received, deadline=self._deadline(msg, request.deadline_ms),
-                         requester=requester)
+                         requester=requester, pooled=rt.pooled)
         if self.queue.put(job):
             self.metrics.set_queue_depth(len(self.queue))
+            if self.progress is not None and request.progress_s is not None:
+                self.progress.track(job)
             return
         attached = self.dedupe.forget(key, route)
         err = wire_error(Busy(f"the queue is full ({self.queue.capacity} waiting, "
@@ -218,7 +222,7 @@ class RequestHandler:
 
     def _refuse(self, msg: Incoming, verb: str, route: Route, request_id: str | None,
                 exc: BaseException) -> None:
-        ack = Ack(msg.mid, msg.qos)
+        ack = Ack.of(msg)
         key = refusal_key(verb, msg.payload)
         if msg.dup and self.dedupe.sent_before(key, route):
             self._redelivered(request_id, ack)

@@ -1,7 +1,7 @@
 """Every MQTT topic of the daemon, built and parsed in this one module.
 
 ```
-<base>/<node>/bridge/{state,info,health,busy,last_answer,event}
+<base>/<node>/bridge/{state,info,health,busy,pool,last_answer,event}
 <base>/<node>/request/<verb>      -> <base>/<node>/response/<verb>  (without a v5 Response Topic)
 $share/<group>/<base>/pool/request/<verb>                           (the shared pool)
 <base>/<node>/camera/<cam>/{image,description,snapshot,set,state}
@@ -63,6 +63,11 @@ class Topics:
     @property
     def busy(self) -> str:
         return self.bridge("busy")
+
+    @property
+    def pool(self) -> str:
+        """Retained: whether this board is in the shared pool, and why not."""
+        return self.bridge("pool")
 
     @property
     def last_answer(self) -> str:

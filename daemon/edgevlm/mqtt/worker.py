@@ -125,6 +125,15 @@ class Worker:
             self.engine.cancel()
             self._thread.join(timeout=10.0)
 
+    def refuse_waiting(self, wanted: Callable[[Job], bool], exc: BaseException) -> int:
+        """Answer the waiting requests ``wanted`` accepts with ``exc`` (e.g. ``busy`` for
+        the pooled ones when the board leaves the pool); returns how many."""
+        jobs = [job for job in self.queue.remove(wanted) if isinstance(job, RequestJob)]
+        for job in jobs:
+            self.fail(job, exc)
+        self.metrics.set_queue_depth(len(self.queue))
+        return len(jobs)
+
     # ------------------------------------------------------------------ the loop
 
     def _run(self) -> None:
@@ -176,6 +185,7 @@ class Worker:
     # ------------------------------------------------------------------ requests
 
     def _run_request(self, job: RequestJob) -> None:
+        job.started = True
         started = time.monotonic()
         queue_ms = (started - job.received) * 1e3
         rid = job.request.id
@@ -226,6 +236,7 @@ class Worker:
     def _finish(self, job: RequestJob, response: Response, error_type: str | None,
                 data: AnswerData | None, on_delivered: Callable[[], None] | None = None
                 ) -> None:
+        job.done = True
         attached = None
         if job.key is not None:
             attached = self.dedupe.complete(job.key, job.route, response,

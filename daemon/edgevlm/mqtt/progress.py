@@ -1,0 +1,102 @@
+"""``working`` messages: a request that asked for them (``progress_s``) hears from the board
+that took it, at once and then every ``progress_s`` seconds until its answer.
+
+They are how a client tells a slow answer from a lost one: a pooled request whose board died
+(or whose network was cut) goes silent, and the client sends the same bytes again
+(:class:`edgevlm.ask.PoolRetry`, docs/mqtt.md "The shared pool"). Only a board that can serve
+sends them (:mod:`edgevlm.liveness`): a stuck one falls silent and its clients go elsewhere.
+
+QoS 0 on the request's reply route (they may be lost; the client waits for a few of them), from
+the network thread for the first and from one small thread for the rest. At most one entry per
+admitted request: the queue bounds them (``limits.max_queue`` plus the running one).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from paho.mqtt.properties import Properties
+
+from ..protocol import Progress
+from .jobs import RequestJob
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.25
+MAX_AGE_S = 3600.0  # an entry whose job never finished (a bug) is dropped after this long
+
+Publish = Callable[[str, bytes, "Properties | None"], None]  # (topic, payload, properties)
+
+
+class ProgressBeacon:
+    """Sends ``working`` for the tracked jobs until each is done."""
+
+    def __init__(self, node: str, publish: Publish, *, serving: Callable[[], bool],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.node = node
+        self._publish = publish
+        self._serving = serving
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._due: dict[int, tuple[RequestJob, float]] = {}  # id(job) -> (job, next send)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="edgevlm-progress",
+                                        daemon=True)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._due)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2.0)
+
+    def track(self, job: RequestJob) -> None:
+        """A job just queued that asked for ``progress_s``: its first ``working`` now."""
+        interval = job.request.progress_s
+        if interval is None:
+            return
+        self._send(job)
+        with self._lock:
+            self._due[id(job)] = (job, self._clock() + interval)
+
+    def tick(self) -> None:
+        """Send what is due, drop what is done (the thread calls this every ``TICK_S``)."""
+        now = self._clock()
+        serving = self._serving()
+        due: list[RequestJob] = []
+        with self._lock:
+            for key, (job, at) in list(self._due.items()):
+                if job.done or now - job.received > MAX_AGE_S:
+                    del self._due[key]
+                elif at <= now:
+                    interval = job.request.progress_s or 1.0
+                    self._due[key] = (job, max(at + interval, now))
+                    due.append(job)
+        if serving:  # a board that cannot serve falls silent: its clients go elsewhere
+            for job in due:
+                self._send(job)
+
+    def _run(self) -> None:
+        while not self._stop.wait(TICK_S):
+            try:
+                self.tick()
+            except Exception:
+                log.exception("sending progress messages failed (carrying on)")
+
+    def _send(self, job: RequestJob) -> None:
+        rid = job.request.id
+        payload = Progress(id=rid, transaction=rid, node=self.node,
+                           stage="running" if job.started else "queued"
+                           ).model_dump_json(exclude_none=True).encode()
+        try:
+            self._publish(job.route.topic, payload, job.route.properties())
+        except Exception as exc:
+            log.debug("progress of %s not sent: %s", rid, exc)
