@@ -152,6 +152,10 @@ BRIDGE_ENTITIES: tuple[EntityDescription, ...] = (
     EntityDescription("connection_state", "binary_sensor", "Connection state", {
         "state_topic": "bridge/state", "payload_on": "online", "payload_off": "offline",
         "device_class": "connectivity", **_DIAGNOSTIC}, availability=False),
+    EntityDescription("pool_member", "binary_sensor", "Pool member", {
+        "state_topic": "bridge/pool", "value_template": "{{ 'ON' if value_json.member "
+        "else 'OFF' }}", "json_attributes_topic": "bridge/pool",
+        "icon": "mdi:server-network", **_DIAGNOSTIC}),
     EntityDescription("version", "sensor", "Version", {
         "state_topic": "bridge/info", "value_template": "{{ value_json.version }}",
         "icon": "mdi:information-outline", **_DIAGNOSTIC}),

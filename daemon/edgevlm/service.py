@@ -50,7 +50,7 @@ from .mqtt.client import (
 from .mqtt.connect_errors import EX_CONFIG, ConnectFailure
 from .mqtt.dedupe import DedupeMemory
 from .mqtt.jobs import CameraJob, Job, JobQueue, RequestJob
-from .mqtt.pool import PoolMember, pool_settings
+from .mqtt.pool import PoolMember, pool_settings, pool_state
 from .mqtt.probe import AclProbe, probe_targets
 from .mqtt.progress import ProgressBeacon
 from .mqtt.replies import Ack, Replier
@@ -362,6 +362,12 @@ class Service:
         except Exception:
             log.exception("publishing health failed")
 
+    def _publish_pool_off(self) -> None:
+        """``bridge/pool`` of a board without a pool (the pool's own thread says the rest)."""
+        if self.pool is None:
+            self._publish_pool_state(pool_state(None, False, "the pool is off "
+                                                "(mqtt.shared_group: null)"))
+
     def _publish_pool_state(self, payload: bytes) -> None:
         self.link.publish(self.topics.pool, payload, qos=1, retain=True)
 
@@ -419,6 +425,7 @@ class Service:
         """Publish our state, then ``online`` (``offline`` while the daemon cannot serve)."""
         steps: tuple[Callable[[], None], ...] = (
             self._publish_info, self._publish_discovery, self._publish_camera_states,
+            self._publish_pool_off,
             lambda: self.bridge.publish_busy(self.metrics.busy), self.bridge.publish_health)
         for step in steps:  # none of these may keep us from going online
             try:

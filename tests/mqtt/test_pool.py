@@ -50,6 +50,10 @@ def test_pool_subscription_can_be_disabled(make_service, mqtt_client):
     client.pub("edgevlm/node1/request/describe", user_request(text("hi"), id="direct"))
     answers = client.inbox.json("edgevlm/+/response/describe")
     assert [a["id"] for a in answers] == ["direct"]
+    client.sub("edgevlm/node1/bridge/pool")
+    state = client.inbox.json("edgevlm/node1/bridge/pool")[-1]
+    assert (state["group"], state["member"]) == (None, False)
+    assert "mqtt.shared_group: null" in state["reason"]
 
 
 # --------------------------------------------------------------------------- issue 22

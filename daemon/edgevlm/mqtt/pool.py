@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 RECONCILE_S = 0.5      # how often the pool thread compares membership with what it should be
 
 
-def pool_state(group: str, member: bool, reason: str | None, *, since: bool = True) -> bytes:
+def pool_state(group: str | None, member: bool, reason: str | None, *, since: bool = True) -> bytes:
     """The retained ``bridge/pool`` payload."""
     body: dict[str, Any] = {"group": group, "member": member, "reason": reason}
     if since:
