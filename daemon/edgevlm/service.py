@@ -63,6 +63,9 @@ from .sources import CameraFrame, CameraSources
 log = logging.getLogger(__name__)
 
 TEST_DELAY_ENV = "EDGEVLM_TEST_WORKER_DELAY_MS"  # test-only: the worker sleeps before each job
+# An answer unconfirmed this long: the node's connection is silently gone (a cut network the
+# 60 s keepalive has not noticed yet); the board leaves the shared pool until answers flow.
+POOL_UNCONFIRMED_S = 10.0
 
 
 def sd_notify(message: str) -> bool:
@@ -346,6 +349,10 @@ class Service:
             return "the node's own connection is down"
         if not self.liveness.serving:
             return f"cannot serve: {self.liveness.problem}"
+        waited = self.replier.unconfirmed_s()
+        if waited > POOL_UNCONFIRMED_S:
+            return (f"the broker has not confirmed an answer for {waited:.0f} s (the node's "
+                    "connection is gone, not yet noticed)")
         return None
 
     def _left_pool(self, reason: str) -> None:

@@ -127,6 +127,13 @@ class _NetworkThreadAcks:
             self._by_mid[mid] = entry
         self.open += 1
 
+    def oldest(self) -> float | None:
+        """When the oldest answer still waiting was published (``time.monotonic()``)."""
+        try:
+            return next(iter(self._by_mid.values())).since if self._by_mid else None
+        except (StopIteration, RuntimeError):  # changed under us: ask again next time
+            return None
+
     def confirmed(self, mid: int) -> None:
         entry = self._by_mid.pop(mid, None)
         if entry is None:
@@ -173,6 +180,7 @@ class Replier:
         link.on_publish_refused = self._on_refused
         link.set_on_published(self._on_network_thread.confirmed)
         self._stopping = threading.Event()
+        self._settling_since: float | None = None  # the answer the ack thread waits for
         self._thread = threading.Thread(target=self._run, name="edgevlm-acks", daemon=True)
 
     def start(self) -> None:
@@ -187,6 +195,14 @@ class Replier:
         self._pending.put(None)
         if self._thread.is_alive():
             self._thread.join(timeout=2.0)
+
+    def unconfirmed_s(self, now: float | None = None) -> float:
+        """How long the oldest answer has waited for the broker's confirmation (0: none
+        waits). Long: the connection is gone without the daemon knowing yet."""
+        now = time.monotonic() if now is None else now
+        times = [t for t in (self._settling_since, self._on_network_thread.oldest())
+                 if t is not None]
+        return max(now - min(times), 0.0) if times else 0.0
 
     @property
     def outstanding(self) -> int:
@@ -336,6 +352,14 @@ class Replier:
                 self._pending.task_done()
 
     def _settle(self, item: _Pending) -> None:
+        if item.infos:
+            self._settling_since = item.since
+        try:
+            self._settle_waiting(item)
+        finally:
+            self._settling_since = None
+
+    def _settle_waiting(self, item: _Pending) -> None:
         for info in item.infos:
             while not wait_confirmed(info, 0.25):
                 if self._stopping.is_set():

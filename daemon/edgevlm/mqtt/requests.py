@@ -8,7 +8,8 @@ image headers — no media is decoded here; an ``image_ref`` must have been give
 requester), dedupe by request id, payload and route (an id reused for other bytes is
 ``id_reused``), the deadline (v5 Message Expiry, ``deadline_ms``, else
 ``limits.default_deadline_ms``), and queue capacity (``busy``). Everything heavy runs on the
-worker.
+worker. Requests arrive on two connections (the node's and the shared pool's,
+:mod:`.pool`); they are admitted one at a time.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import dataclasses
 import hashlib
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable
 
@@ -101,6 +103,9 @@ class RequestHandler:
         self.accepting = True
         self.refusals = RefusalLog(log)
         self.progress: ProgressBeacon | None = None  # ``working`` messages (progress_s)
+        # two network threads admit requests (the node's connection and the pool's): one at
+        # a time, as admission keeps the requester being admitted on the handler
+        self._admitting = threading.Lock()
 
     def route_for(self, msg: Incoming, verb: str) -> tuple[Route, str | None]:
         """The reply route of ``msg``, and why its own Response Topic was refused (if so)."""
@@ -136,7 +141,8 @@ class RequestHandler:
             return
         route, refused = self.route_for(msg, rt.verb)
         try:
-            self._admit(msg, rt, route, refused)
+            with self._admitting:
+                self._admit(msg, rt, route, refused)
         except Exception as exc:  # a bug: answer "internal", keep the network thread alive
             rid = request_id_of(msg.payload) if len(msg.payload) <= \
                 self.side.limits.max_payload_bytes else None
