@@ -12,6 +12,12 @@ tests/reliability/tcp_cut.py's proxy. A DescribeClient sends 5 pooled text reque
 - t ≈ 35 s: b3's network is cut (every byte black-holed, no socket closed) for 20 s, then
   healed.
 
+Each kill waits (up to 3 s) for its board to hold a request (a ``working`` message about an
+unanswered one), and the boards' worker takes 100 ms a job (the test-only delay), so that
+there are requests in flight at the losses. The cut comes at 35 s whatever b3 is doing: a
+board that held nothing unconfirmed rejoins the pool at the heal, one that did stays out
+until its main connection is back (``POOL_UNCONFIRMED_S`` in edgevlm.service).
+
 A plain subscriber of ``edgevlm/clients/#`` counts every final answer (``status`` ok or
 error) of every request, so duplicates the client no longer listens for are seen too.
 
@@ -61,9 +67,12 @@ TARGET_S = 10.0             # the issue's promise: answered within 10 s of a los
 # missed retry: a request that needs one more round of accept_s is 3 s late, beyond it.
 SLACK_S = 2.0
 LIMIT_S = TARGET_S + SLACK_S
-# Test-only worker delay (EDGEVLM_TEST_WORKER_DELAY_MS) for exploring: with the demo model a
-# request takes ~2-5 ms, so a killed board rarely holds one; e.g. 100 makes it likelier.
-WORKER_DELAY_MS = int(os.environ.get("EDGEVLM_POOL_FAILOVER_DELAY_MS", "0"))
+# The test-only worker delay (EDGEVLM_TEST_WORKER_DELAY_MS): the demo model answers in 2-5 ms,
+# so a board would hardly ever hold a request when it is lost; with 100 ms a job is long
+# enough to be caught mid-request (each fault waits up to FAULT_WAIT_S for its board to say
+# ``working`` about an unanswered request). b2 alone during the cut: 5/s x 0.1 s, half busy.
+WORKER_DELAY_MS = int(os.environ.get("EDGEVLM_POOL_FAILOVER_DELAY_MS", "100"))
+FAULT_WAIT_S = 3.0
 SETTLE_S = 20.0             # after the last request: the stragglers, then late duplicates
 LATE_DUPLICATES_S = 3.0
 REPORT = Path(__file__).resolve().parents[2] / "build" / "pool-failover.json"
@@ -76,6 +85,16 @@ class Sent:
     waiter: Any
     answer: dict[str, Any] | None = None
     answered_at: float | None = None
+    given_up: bool = False
+
+    def take(self, client: DescribeClient) -> None:
+        """The first final answer, right after it came: DescribeClient keeps a request's
+        waiter until ``wait`` and overwrites its answer and ``received_at`` with every later
+        final copy (a duplicate), so they must be read before one arrives."""
+        self.answered_at = self.waiter.received_at
+        with contextlib.suppress(Exception):
+            self.answer = self.waiter.answer
+            client.wait(self.waiter, 0)
 
     @property
     def latency(self) -> float | None:
@@ -132,6 +151,14 @@ class Observer:
                         (now, str(body.get("node")), str(body.get("stage"))))
         except Exception as exc:  # never kill paho's thread; the test reports it
             self.errors.append(f"{msg.topic}: {type(exc).__name__}: {exc}")
+
+    def busy(self, node: str, within_s: float = 1.0) -> bool:
+        """Whether ``node`` said ``working`` in the last ``within_s`` about a request that has
+        no final answer yet: it holds a request now."""
+        now = time.monotonic()
+        with self.lock:
+            return any(at > now - within_s and who == node and not self.finals.get(rid)
+                       for rid, said in self.working.items() for at, who, _ in said[-1:])
 
     def members(self) -> set[str]:
         with self.lock:
@@ -229,20 +256,39 @@ def test_pool_answers_every_request_through_board_deaths_and_a_cut(
                     send_errors.append(f"{rid}: {type(exc).__name__}: {exc}")
                 k += 1
 
+        def collect() -> None:
+            """Take each first final answer as soon as it is in: ``client.wait`` hands it
+            over and forgets the request (a later copy would overwrite the waiter's answer
+            and time, see ``Sent.take``)."""
+            while not (collected.is_set() and all(s.answered_at is not None or s.given_up
+                                                  for s in list(sent))):
+                for s in list(sent):
+                    if s.answered_at is None and s.waiter.done.is_set():
+                        s.take(client)
+                time.sleep(0.01)
+
+        collected = threading.Event()
         sender = threading.Thread(target=load, name="pool-load", daemon=True)
+        collector = threading.Thread(target=collect, name="pool-collect", daemon=True)
         sender.start()
+        collector.start()
 
-        def at(seconds: float) -> None:
+        def at(seconds: float, busy: str | None = None) -> None:
+            """Wait until ``seconds`` after t0, then (``busy``) until that board holds a
+            request, for at most FAULT_WAIT_S more."""
             time.sleep(max(0.0, t0 + seconds - time.monotonic()))
+            deadline = time.monotonic() + FAULT_WAIT_S
+            while busy and not observer.busy(busy) and time.monotonic() < deadline:
+                time.sleep(0.005)
 
-        at(KILL_B1_AT)
+        at(KILL_B1_AT, "b1")
         faults[0].at = time.monotonic()
         boards.kill("b1")
-        at(RESTART_B2_AT)
+        at(RESTART_B2_AT, "b2")
         faults[1].at = time.monotonic()
         boards.kill("b2")
         boards.start("b2")
-        at(CUT_B3_AT)
+        at(CUT_B3_AT)  # idle or not: an idle b3 comes back into the pool after the heal
         faults[2].at = time.monotonic()
         proxy.cut()
         at(CUT_B3_AT + CUT_B3_FOR)
@@ -251,14 +297,15 @@ def test_pool_answers_every_request_through_board_deaths_and_a_cut(
         sender.join(DURATION_S + 30)
         load_end = time.monotonic()
 
-        # the answers: each waiter's first final answer (the client stops listening after it)
+        # the stragglers, then the duplicates still on their way
+        collected.set()
         deadline = load_end + SETTLE_S
+        while time.monotonic() < deadline and any(s.answered_at is None for s in sent):
+            time.sleep(0.1)
         for s in sent:
-            with contextlib.suppress(Exception):
-                s.answer = client.wait(s.waiter, max(0.0, deadline - time.monotonic()))
-            if s.waiter.done.is_set():
-                s.answered_at = s.waiter.received_at
-        time.sleep(LATE_DUPLICATES_S)   # duplicates may still be on their way
+            s.given_up = s.answered_at is None
+        collector.join(5)
+        time.sleep(LATE_DUPLICATES_S)
         end = time.monotonic()
     finally:
         stop.set()
