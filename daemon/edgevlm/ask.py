@@ -142,12 +142,18 @@ class PoolRetry:
     heard within ``accept_s`` of a publish (it went to a board that is gone), or nothing for
     ``silence_s`` after the last message (the board died or its network was cut): publish the
     same bytes again. A ``busy`` answer: again after ``busy_pause_s`` (another board will
-    likely take it); when time runs out, that ``busy`` answer is the result."""
+    likely take it); when time runs out, that ``busy`` answer is the result.
+
+    Where a retry goes: the pool; but after a silence, and from the third publish on, the
+    board heard from most recently (its ``working`` messages) that has not fell silent, on
+    its own request topic: the broker may keep handing pooled requests to a board whose
+    network is cut until it notices (Mosquitto 2.0: 1.5 keepalives plus up to 6 s)."""
 
     progress_s: float = 2.0
-    accept_s: float = 3.0
+    accept_s: float = 2.0
     silence_s: float = 5.0
     busy_pause_s: float = 0.5
+    suspect_s: float = 30.0   # a board that fell silent is not sent a retry this long
 
 
 @dataclass
@@ -167,6 +173,8 @@ class _Waiter:
     heard_at: float | None = None     # the last message about it since that publish
     again_at: float | None = None     # a busy answer: publish again at this time
     busy: dict[str, Any] | None = None  # the last busy answer (the result if time runs out)
+    pooled: bool = False              # sent to the pool (retries may go to one board)
+    node: str | None = None           # the board its last ``working`` came from
 
 
 class DescribeClient:
@@ -201,6 +209,8 @@ class DescribeClient:
         self._retained_states: dict[str, str] = {}
         self._watches: dict[str, Callable[[paho.MQTTMessage], None]] = {}
         self._retrying: threading.Thread | None = None
+        self._heard: dict[str, float] = {}    # board -> when its last ``working`` came
+        self._silent: dict[str, float] = {}   # board -> until when it is not sent retries
         self._closed = threading.Event()
 
     # ------------------------------------------------------------------ connection
@@ -290,7 +300,7 @@ class DescribeClient:
         topic = topics.request("describe") if node else topics.pool_request("describe")
         request_id = str(request["id"])
         waiter = _Waiter(request_id, on_chunk, retry=retry, topic=topic,
-                         payload=json.dumps(request).encode())
+                         payload=json.dumps(request).encode(), pooled=node is None)
         props = properties
         if self.v5:
             self._subscribe(self.reply_topic(), subscribe_timeout)
@@ -309,12 +319,12 @@ class DescribeClient:
             self._start_retrying()
         return waiter
 
-    def _publish(self, waiter: _Waiter) -> None:
+    def _publish(self, waiter: _Waiter, topic: str | None = None) -> None:
         with self._lock:
             waiter.attempts += 1
             waiter.published_at = time.monotonic()
             waiter.heard_at = waiter.again_at = None
-        info = self._client.publish(waiter.topic, waiter.payload, qos=1,
+        info = self._client.publish(topic or waiter.topic, waiter.payload, qos=1,
                                     properties=waiter.properties)
         if info.rc not in (paho.MQTT_ERR_SUCCESS, paho.MQTT_ERR_NO_CONN):  # paho resends
             raise BrokerUnavailable(f"publish failed: {paho.error_string(info.rc)}")
@@ -330,16 +340,16 @@ class DescribeClient:
     def _retry_loop(self) -> None:
         while not self._closed.wait(0.1):
             try:
-                for waiter, why in self._due_again(time.monotonic()):
-                    log.info("request %s: %s; sending it again (attempt %d)",
-                             waiter.request_id, why, waiter.attempts + 1)
-                    self._publish(waiter)
+                for waiter, why, topic in self._due_again(time.monotonic()):
+                    log.info("request %s: %s; sending it again to %s (attempt %d)",
+                             waiter.request_id, why, topic, waiter.attempts + 1)
+                    self._publish(waiter, topic)
             except Exception:  # the next round tries again
                 log.exception("resending a pooled request failed")
 
-    def _due_again(self, now: float) -> list[tuple[_Waiter, str]]:
-        """The waiters whose request must be published again, and why."""
-        due: list[tuple[_Waiter, str]] = []
+    def _due_again(self, now: float) -> list[tuple[_Waiter, str, str]]:
+        """The waiters whose request must be published again: why, and to which topic."""
+        due: list[tuple[_Waiter, str, str]] = []
         with self._lock:
             for waiter in self._waiters.values():
                 rule = waiter.retry
@@ -347,13 +357,30 @@ class DescribeClient:
                     continue
                 if waiter.again_at is not None:
                     if now >= waiter.again_at:
-                        due.append((waiter, "the board answered busy"))
+                        due.append((waiter, "the board answered busy", waiter.topic))
                 elif waiter.heard_at is None:
                     if now - waiter.published_at >= rule.accept_s:
-                        due.append((waiter, f"no board took it within {rule.accept_s:g} s"))
+                        due.append((waiter, f"no board took it within {rule.accept_s:g} s",
+                                    self._retry_topic(waiter, now, silent=False)))
                 elif now - waiter.heard_at >= rule.silence_s:
-                    due.append((waiter, f"no word from its board for {rule.silence_s:g} s"))
+                    if waiter.node is not None:
+                        self._silent[waiter.node] = now + rule.suspect_s
+                    due.append((waiter, f"no word from board {waiter.node} for "
+                                        f"{rule.silence_s:g} s",
+                                self._retry_topic(waiter, now, silent=True)))
         return due
+
+    def _retry_topic(self, waiter: _Waiter, now: float, silent: bool) -> str:
+        """The pool, or (after a silence, or from the third publish on) the request topic of
+        the board heard from last that has not fell silent (caller holds the lock)."""
+        if not waiter.pooled or not (silent or waiter.attempts >= 2):
+            return waiter.topic
+        live = [(at, node) for node, at in self._heard.items()
+                if node != waiter.node and self._silent.get(node, 0.0) <= now
+                and now - at <= 3 * (waiter.retry.silence_s if waiter.retry else 5.0)]
+        if not live:
+            return waiter.topic
+        return Topics(self.base, max(live)[1]).request("describe")
 
     def wait(self, waiter: _Waiter, timeout: float) -> dict[str, Any]:
         try:
@@ -408,6 +435,11 @@ class DescribeClient:
         status = body.get("status")
         with self._lock:
             waiter.heard_at = now
+            board = body.get("node")
+            if status == "working" and isinstance(board, str) and _topic_level(board):
+                waiter.node = board
+                self._heard[board] = now
+                self._silent.pop(board, None)
             if (status == "error" and waiter.retry is not None
                     and (body.get("error") or {}).get("type") == "busy"):
                 waiter.busy = body

@@ -168,8 +168,9 @@ class MQTTConfig(_Section):
     protocol: Literal[5, "5", "3.1.1"] = 5
     shared_group: TopicLevel | None = "edgevlm"
     pool_keepalive_s: int = Field(
-        default=4, ge=2, le=60, description="keepalive of the pool connection: the broker "
-        "drops a board whose network is cut from the pool within 1.5 times this")
+        default=2, ge=1, le=60, description="keepalive of the pool connection: the broker "
+        "drops a board whose network is cut from the pool 1.5 times this after its last "
+        "packet (Mosquitto 2.0: up to 6 s later)")
     will_delay_s: int = Field(default=5, ge=0)
     health_interval_s: float = Field(default=30, gt=0)
     reconnect_min_s: float = Field(default=1, gt=0)

@@ -174,7 +174,8 @@ class Service:
                 pool_settings(settings, self.topics, mqtt.shared_group, mqtt.pool_keepalive_s),
                 self.topics, mqtt.shared_group, on_message=self._on_message,
                 unfit=self._pool_unfit, on_left=self._left_pool, exit_process=exit_process,
-                publish_state=lambda payload: self._publish_pool_state(payload))
+                publish_state=lambda payload: self._publish_pool_state(payload),
+                probe=self._probe_node_link)
         self.progress = ProgressBeacon(self.node_id, self._publish_progress,
                                        serving=lambda: self.liveness.serving)
         self.requests.progress = self.progress
@@ -374,6 +375,14 @@ class Service:
         if self.pool is None:
             self._publish_pool_state(pool_state(None, False, "the pool is off "
                                                 "(mqtt.shared_group: null)"))
+
+    def _probe_node_link(self) -> bool:
+        """Pool thread: a round trip on the node's own connection (``bridge/pool`` says
+        ``joining``), confirmed within 3 s."""
+        group = self.config.mqtt.shared_group
+        info = self.link.publish(self.topics.pool, pool_state(group, False, "joining"),
+                                 qos=1, retain=True)
+        return wait_confirmed(info, 3.0)
 
     def _publish_pool_state(self, payload: bytes) -> None:
         self.link.publish(self.topics.pool, payload, qos=1, retain=True)

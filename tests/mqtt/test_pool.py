@@ -89,7 +89,7 @@ def test_each_board_is_in_the_pool_on_its_own_connection_and_says_so(
     assert health["pool"] == {"group": "team", "member": True, "reason": None, "joins": 1}
     assert "edgevlm-n1-pool" in broker.log()  # its own client id, beside edgevlm-n1
     assert service.pool is not None and service.pool.settings.session_expiry_s == 0
-    assert service.pool.settings.clean_start and service.pool.settings.keepalive == 4
+    assert service.pool.settings.clean_start and service.pool.settings.keepalive == 2
 
 
 def test_a_stopped_board_leaves_the_pool_and_its_session_keeps_no_pooled_requests(
@@ -274,3 +274,44 @@ def test_without_the_rule_a_request_is_published_once(broker, mqtt_client):
     assert len(board.inbox.on("edgevlm/pool/request/describe")) == 1
     assert "progress_s" not in json.loads(board.inbox.on("edgevlm/pool/request/describe")[0]
                                           .payload)
+
+
+def test_after_a_silence_the_client_sends_it_to_the_board_it_heard_from_last(
+        broker, mqtt_client):
+    """The broker may keep handing pooled requests to a board whose network is cut until it
+    notices: a request whose board (b1) fell silent goes to b2's own request topic, as b2
+    was heard from since."""
+    from edgevlm.ask import DescribeClient, PoolRetry, describe_request
+
+    board = mqtt_client()
+    board.sub("edgevlm/pool/request/describe", "edgevlm/+/request/describe")
+    rule = PoolRetry(progress_s=1, accept_s=10, silence_s=1.0)
+    with DescribeClient(broker.host, broker.port) as client:
+        client.connect()
+        lost = client.send(describe_request("lost", request_id="a"), None, retry=rule)
+        alive = client.send(describe_request("alive", request_id="b"), None, retry=rule)
+        board.inbox.wait("edgevlm/pool/request/describe", count=2)
+        props = v5_properties(client.reply_topic())
+
+        def working(rid: str, node: str) -> None:
+            props.CorrelationData = rid.encode()
+            board.pub(client.reply_topic(), {"v": 1, "id": rid, "transaction": rid,
+                                             "status": "working", "node": node,
+                                             "stage": "running"}, properties=props)
+
+        working("a", "b1")
+        for _ in range(8):   # b2 keeps working on "b"; b1 says nothing more about "a"
+            working("b", "b2")
+            time.sleep(0.25)
+        again = board.inbox.wait("edgevlm/b2/request/describe")[0]
+        first = next(m.payload for m in board.inbox.on("edgevlm/pool/request/describe")
+                 if json.loads(m.payload)["id"] == "a")
+        assert again.payload == first, "the same bytes"
+        assert not board.inbox.on("edgevlm/b1/request/describe"), "never to the silent one"
+        for rid in ("a", "b"):
+            props.CorrelationData = rid.encode()
+            board.pub(client.reply_topic(), {"v": 1, "id": rid, "transaction": rid,
+                                             "status": "ok", "data": {"text": rid}},
+                      properties=props)
+        assert client.wait(lost, WAIT_S)["data"]["text"] == "a"
+        assert client.wait(alive, WAIT_S)["data"]["text"] == "b"

@@ -13,8 +13,11 @@ is cut; the requests it held unacknowledged are dropped, not handed to another m
   Session Expiry 0 and a short keepalive (``mqtt.pool_keepalive_s``, 4 s); the node's own
   topics keep their persistent session on the main connection (which drops a pool
   subscription an earlier version left in its session);
-- the board joins while it is online and serving, and leaves with a clean DISCONNECT when it
-  cannot serve (:mod:`edgevlm.liveness`), when its main connection is down, and when it stops;
+- the board joins while it is online and serving, once a round trip on its main connection
+  (where its answers go) worked, and leaves with a clean DISCONNECT when it cannot serve
+  (:mod:`edgevlm.liveness`), when its main connection is down or its answers go unconfirmed,
+  and when it stops; a pool connection that drops is not left to paho's reconnect (after a
+  cut network heals it may be back before the main one): the board joins afresh;
 - retained ``<base>/<node>/bridge/pool`` (published on the main connection, after the pool
   connection subscribed or disconnected) says whether it is a member, and why not; the pool
   connection's last will says ``member: false`` (``connection lost``);
@@ -32,6 +35,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -42,6 +46,7 @@ from .topics import VERBS, Topics
 log = logging.getLogger(__name__)
 
 RECONCILE_S = 0.5      # how often the pool thread compares membership with what it should be
+PROBE_RETRY_S = 5.0    # after the node's connection failed the round trip, try again after
 
 
 def pool_state(group: str | None, member: bool, reason: str | None, *, since: bool = True) -> bytes:
@@ -68,7 +73,7 @@ class PoolMember:
 
     def __init__(self, settings: LinkSettings, topics: Topics, group: str, *,
                  on_message: Callable[[Incoming], None], unfit: Callable[[], str | None],
-                 publish_state: Callable[[bytes], None],
+                 publish_state: Callable[[bytes], None], probe: Callable[[], bool],
                  on_left: Callable[[str], None] | None = None,
                  exit_process: Callable[[int], Any] | None = None) -> None:
         self.settings = settings
@@ -77,6 +82,9 @@ class PoolMember:
         self._on_message = on_message
         self._unfit = unfit
         self._publish_state = publish_state
+        self._probe = probe
+        self._lost = False          # the pool connection dropped: leave, and join afresh
+        self._next_try = 0.0        # time.monotonic() before which no join is tried
         self._on_left = on_left
         self._exit_process = exit_process
         self._link: MqttLink | None = None
@@ -131,17 +139,31 @@ class PoolMember:
 
     def _reconcile(self) -> None:
         why = self._unfit()
-        if why is None and self._link is None:
-            self._join()
-        elif why is not None and self._link is not None:
-            self._leave(why)
+        if self._link is not None:
+            if why is not None:
+                self._leave(why)
+            elif self._lost:  # paho would reconnect it at once, maybe over a dead network
+                self._leave("connection lost", refuse_waiting=False)
+            return
+        if why is not None or time.monotonic() < self._next_try:
+            return
+        # Answers leave by the node's own connection: join only once a round trip on it
+        # worked (after a cut network heals, the pool's connection may be back before it)
+        if not self._probe():
+            self.reason = "the node's own connection does not confirm messages"
+            self._next_try = time.monotonic() + PROBE_RETRY_S
+            log.warning("not joining the shared pool %r yet: %s", self.group, self.reason)
+            return
+        self._join()
 
     def _join(self) -> None:
         link = MqttLink(self.settings, on_message=self._on_message, on_ready=self._on_ready,
+                        on_connection=self._on_connection,
                         exit_process=self._exit_process or os._exit)
         link.set_subscriptions([self.topics.pool_subscription(self.group, verb)
                                 for verb in VERBS])
         self._link = link
+        self._lost = False
         self.reason = None
         self.joins += 1
         link.start()
@@ -158,7 +180,15 @@ class PoolMember:
         except Exception:
             log.exception("publishing the pool membership failed")
 
-    def _leave(self, reason: str) -> None:
+    def _on_connection(self, connected: bool) -> None:
+        """Pool connection, network thread."""
+        if not connected:
+            self._lost = True
+            self.poke()
+
+    def _leave(self, reason: str, refuse_waiting: bool = True) -> None:
+        """Disconnect the pool connection; ``refuse_waiting``: the pooled requests waiting
+        here are answered ``busy`` (``on_left``), as this board cannot serve them soon."""
         link, self._link = self._link, None
         self.reason = reason
         if link is None:
@@ -170,7 +200,7 @@ class PoolMember:
             self._publish_state(pool_state(self.group, False, reason))
         except Exception:
             log.warning("could not publish leaving the pool", exc_info=True)
-        if self._on_left is not None:
+        if self._on_left is not None and refuse_waiting:
             try:
                 self._on_left(reason)
             except Exception:
