@@ -16,7 +16,8 @@ member A never acknowledges, member B acknowledges everything. Three cases:
   time of the last message after the cut that B never got), the messages lost on the way,
   and when Mosquitto's log says A's keepalive ran out.
 
-    .venv/bin/python bench/pool_redispatch.py [--case persistent clean cut] [--cuts 3] [--json]
+    .venv/bin/python bench/pool_redispatch.py [--case persistent clean cut] [--cuts 3] \
+        [--cut-keepalive 4] [--json]
 
 Result (2026-12-02, Mosquitto 2.0.11, paho 2.2.0, load average < 1; ``--cuts 6``):
 
@@ -40,7 +41,8 @@ Result (2026-12-02, Mosquitto 2.0.11, paho 2.2.0, load average < 1; ``--cuts 6``
   (keepalive 4: ~6-13 s; the runs start the cut at different phases of that check). The
   messages sent to A meanwhile are lost, not redispatched; the log's ``Client A has exceeded
   timeout`` agrees to its 1 s resolution. In tests/reliability/test_pool_failover.py (three
-  boards, keepalive 4) the cut board left the group 5.9-11.6 s after the cut.
+  boards, keepalive 4) the cut board left the group 5.9-11.6 s after the cut. With
+  ``--cut-keepalive 2`` (the pool's keepalive since): 3.2, 4.9, 5.5, 7.1, 7.8, 8.4 s.
 
 So the broker never recovers a dead member's messages: the client has to republish (the
 ``PoolRetry`` of edgevlm.ask), and a fast keepalive on the pool connection bounds the time a
@@ -330,6 +332,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--case", nargs="+", choices=CASES, default=list(CASES))
     parser.add_argument("--cuts", type=int, default=3, help="runs of the cut case")
+    parser.add_argument("--cut-keepalive", type=int, default=4,
+                        help="member A's keepalive in the cut case (s)")
     parser.add_argument("--json", action="store_true", help="one JSON object per case")
     # a member child process (internal)
     parser.add_argument("--member", help=argparse.SUPPRESS)
@@ -349,7 +353,8 @@ def main() -> int:
         runs = args.cuts if case == "cut" else 1
         for i in range(runs):
             # the cut lands at a different phase of Mosquitto's keepalive check each run
-            result = (cut_case(binary, before_s=2.0 + 6.0 * i / runs) if case == "cut"
+            result = (cut_case(binary, before_s=2.0 + 6.0 * i / runs,
+                               keepalive=args.cut_keepalive) if case == "cut"
                       else kill_case(binary, case == "clean"))
             results.append(result)
             if args.json:

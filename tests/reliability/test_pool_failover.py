@@ -14,9 +14,10 @@ tests/reliability/tcp_cut.py's proxy. A DescribeClient sends 5 pooled text reque
 
 Each kill waits (up to 3 s) for its board to hold a request (a ``working`` message about an
 unanswered one), and the boards' worker takes 100 ms a job (the test-only delay), so that
-there are requests in flight at the losses. The cut comes at 35 s whatever b3 is doing: a
-board that held nothing unconfirmed rejoins the pool at the heal, one that did stays out
-until its main connection is back (``POOL_UNCONFIRMED_S`` in edgevlm.service).
+there are requests in flight at the losses. The cut comes at 35 s whatever b3 is doing: after
+the heal its pool connection is back within seconds while its main connection (the one its
+answers go out on) is still the black-holed socket until its 60 s keepalive notices; b3 must
+not take pooled requests meanwhile.
 
 A plain subscriber of ``edgevlm/clients/#`` counts every final answer (``status`` ok or
 error) of every request, so duplicates the client no longer listens for are seen too.
@@ -288,7 +289,7 @@ def test_pool_answers_every_request_through_board_deaths_and_a_cut(
         faults[1].at = time.monotonic()
         boards.kill("b2")
         boards.start("b2")
-        at(CUT_B3_AT)  # idle or not: an idle b3 comes back into the pool after the heal
+        at(CUT_B3_AT)  # whatever b3 is doing (busy or idle: both must work)
         faults[2].at = time.monotonic()
         proxy.cut()
         at(CUT_B3_AT + CUT_B3_FOR)
