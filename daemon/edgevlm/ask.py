@@ -451,8 +451,11 @@ class DescribeClient:
             if waiter.on_chunk is not None:
                 waiter.on_chunk(body)
             return
-        waiter.answer, waiter.received_at = body, now
-        waiter.done.set()
+        with self._lock:
+            if waiter.done.is_set():  # a later copy (a retry answered twice): the first counts
+                return
+            waiter.answer, waiter.received_at = body, now
+            waiter.done.set()
 
 
 def _topic_level(name: str) -> bool:

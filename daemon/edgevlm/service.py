@@ -169,6 +169,7 @@ class Service:
         # the shared pool on a connection of its own, a member only while serving
         # (edgevlm.mqtt.pool); requests that ask for it hear `working` (edgevlm.mqtt.progress)
         self.pool: PoolMember | None = None
+        self._pool_probe: Any = None  # the last round trip's MQTTMessageInfo
         if mqtt.shared_group:
             self.pool = PoolMember(
                 pool_settings(settings, self.topics, mqtt.shared_group, mqtt.pool_keepalive_s),
@@ -379,9 +380,12 @@ class Service:
     def _probe_node_link(self) -> bool:
         """Pool thread: a round trip on the node's own connection (``bridge/pool`` says
         ``joining``), confirmed within 3 s."""
-        group = self.config.mqtt.shared_group
-        info = self.link.publish(self.topics.pool, pool_state(group, False, "joining"),
-                                 qos=1, retain=True)
+        info = self._pool_probe
+        if info is None or info.is_published():  # else wait on the one still in flight
+            group = self.config.mqtt.shared_group
+            info = self.link.publish(self.topics.pool, pool_state(group, False, "joining"),
+                                     qos=1, retain=True)
+            self._pool_probe = info
         return wait_confirmed(info, 3.0)
 
     def _publish_pool_state(self, payload: bytes) -> None:
