@@ -55,15 +55,12 @@ import argparse
 import contextlib
 import json
 import os
-import pwd
 import queue
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +72,7 @@ from paho.mqtt.properties import Properties
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from edgevlm.demo import mosquitto_binary, reachable  # noqa: E402
-from tests.mqtt.conftest import free_port  # noqa: E402
+from edgevlm.demo import mosquitto_binary, private_mosquitto  # noqa: E402
 from tests.reliability.tcp_cut import Proxy  # noqa: E402
 
 TOPIC = "bench/pool"
@@ -86,33 +82,9 @@ CASES = ("persistent", "clean", "cut")
 
 # --------------------------------------------------------------------------- the broker
 
-@contextlib.contextmanager
-def mosquitto(binary: str) -> Iterator[tuple[int, Path]]:
+def mosquitto(binary: str) -> contextlib.AbstractContextManager[tuple[int, Path]]:
     """A private mosquitto; yields its port and log file (timestamps in Unix seconds)."""
-    with tempfile.TemporaryDirectory(prefix="edgevlm-redispatch-") as tmp:
-        port = free_port()
-        log = Path(tmp) / "mosquitto.log"
-        conf = Path(tmp) / "mosquitto.conf"
-        conf.write_text(f"user {pwd.getpwuid(os.getuid()).pw_name}\n"  # root: not "mosquitto"
-                        f"listener {port} 127.0.0.1\nallow_anonymous true\n"
-                        "persistence false\nset_tcp_nodelay true\n"
-                        f"log_dest file {log}\nlog_type all\n")
-        proc = subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-        try:
-            deadline = time.monotonic() + 10
-            while not reachable("127.0.0.1", port, 0.5):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise OSError(f"mosquitto did not start on port {port}")
-                time.sleep(0.05)
-            yield port, log
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+    return private_mosquitto(binary, log_all=True)
 
 
 # --------------------------------------------------------------------------- a member

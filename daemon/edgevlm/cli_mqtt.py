@@ -198,6 +198,17 @@ def _broker_arg(text: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _add_broker_flags(p: argparse.ArgumentParser, protocol_help: str) -> None:
+    """The flags of a command that talks to the daemons through a broker."""
+    p.add_argument("--broker", metavar="HOST[:PORT]", help="default: EDGEVLM_MQTT__HOST/PORT "
+                   "or localhost:1883")
+    p.add_argument("--base-topic", default="edgevlm", help="the daemons' mqtt.base_topic "
+                   "(default edgevlm)")
+    p.add_argument("--protocol", choices=["5", "3.1.1"], default="5", help=protocol_help)
+    p.add_argument("--username", help="broker user name")
+    p.add_argument("--password", help="broker password (or EDGEVLM_MQTT__PASSWORD)")
+
+
 def add_mqtt_commands(sub: Any) -> None:
     """``serve``, ``ask``, ``encode`` and ``demo``."""
     p = sub.add_parser("serve", help="run the MQTT daemon",
@@ -236,8 +247,7 @@ def add_mqtt_commands(sub: Any) -> None:
                        description="Exit codes: 0 answered, 1 error answer, 2 usage, "
                        "3 no broker or no answer in time.")
     p.add_argument("prompt", help="the question or instruction")
-    p.add_argument("--broker", metavar="HOST[:PORT]", help="default: EDGEVLM_MQTT__HOST/PORT "
-                   "or localhost:1883")
+    _add_broker_flags(p, "MQTT version (default 5; 3.1.1 matches the answer by transaction)")
     target = p.add_mutually_exclusive_group()
     target.add_argument("--node", help="the daemon's node id (default: the only one online)")
     target.add_argument("--pool", action="store_true", help="send to the shared pool; "
@@ -245,8 +255,6 @@ def add_mqtt_commands(sub: Any) -> None:
                         "busy, until --timeout")
     p.add_argument("--no-retry", action="store_true", help="with --pool: publish once, never "
                    "again")
-    p.add_argument("--base-topic", default="edgevlm", help="the daemons' mqtt.base_topic "
-                   "(default edgevlm)")
     p.add_argument("--image", action="append", default=[], metavar="FILE",
                    help="an image file to send; repeat for several, in order")
     p.add_argument("--vision-tokens", action="append", default=[], metavar="FILE",
@@ -259,10 +267,6 @@ def add_mqtt_commands(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the answer envelope as JSON")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S",
                    help="seconds to wait for the answer (default 60; then exit 3)")
-    p.add_argument("--protocol", choices=["5", "3.1.1"], default="5",
-                   help="MQTT version (default 5; 3.1.1 matches the answer by transaction)")
-    p.add_argument("--username", help="broker user name")
-    p.add_argument("--password", help="broker password (or EDGEVLM_MQTT__PASSWORD)")
     p.set_defaults(func=cmd_ask)
 
     p = sub.add_parser("pool", help="the shared pool of boards: `edgevlm pool status`",
@@ -283,18 +287,11 @@ def add_mqtt_commands(sub: Any) -> None:
                         "when it is online and a member of its pool group. Exit codes: 0 at "
                         "least one board serves the pool, 1 boards found but none serves it, "
                         "2 usage, 3 no broker or no board.")
-    p.add_argument("--broker", metavar="HOST[:PORT]", help="default: EDGEVLM_MQTT__HOST/PORT "
-                   "or localhost:1883")
-    p.add_argument("--base-topic", default="edgevlm", help="the daemons' mqtt.base_topic "
-                   "(default edgevlm)")
+    _add_broker_flags(p, "MQTT version (default 5)")
     p.add_argument("--wait", type=float, default=1.5, metavar="S",
                    help="seconds to collect the retained bridge topics (default 1.5)")
     p.add_argument("--json", action="store_true", help="print {nodes, group_members, serving} "
                    "as JSON")
-    p.add_argument("--protocol", choices=["5", "3.1.1"], default="5",
-                   help="MQTT version (default 5)")
-    p.add_argument("--username", help="broker user name")
-    p.add_argument("--password", help="broker password (or EDGEVLM_MQTT__PASSWORD)")
     p.set_defaults(func=cmd_pool_status)
 
     p = sub.add_parser("encode", help="compute a vision_tokens payload on this machine",

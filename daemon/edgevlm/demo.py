@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 import logging
 import shutil
@@ -100,16 +101,27 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def mosquitto_broker(binary: str, timeout: float = 10.0, nodelay: bool = True
-                     ) -> Iterator[int]:
+def mosquitto_broker(binary: str, timeout: float = 10.0, nodelay: bool = True,
+                     log_all: bool = False) -> Iterator[int]:
     """A private mosquitto on 127.0.0.1 (free port, temp config, no persistence; Nagle's
     algorithm off unless ``nodelay`` is false)."""
-    with tempfile.TemporaryDirectory(prefix="edgevlm-demo-") as tmp:
+    with private_mosquitto(binary, timeout, nodelay, log_all) as (port, _log):
+        yield port
+
+
+@contextlib.contextmanager
+def private_mosquitto(binary: str, timeout: float = 10.0, nodelay: bool = True,
+                      log_all: bool = False) -> Iterator[tuple[int, Path]]:
+    """:func:`mosquitto_broker` that also yields its log file (``log_all``: every log type,
+    e.g. when a client's keepalive ran out)."""
+    with tempfile.TemporaryDirectory(prefix="edgevlm-mosquitto-") as tmp:
         port = _free_port()
+        log_file = Path(tmp) / "mosquitto.log"
         conf = Path(tmp) / "mosquitto.conf"
-        conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\n"
+        conf.write_text(f"user {getpass.getuser()}\n"  # as root it would switch to "mosquitto"
+                        f"listener {port} 127.0.0.1\nallow_anonymous true\n"
                         f"persistence false\nset_tcp_nodelay {str(nodelay).lower()}\n"
-                        f"log_dest file {tmp}/mosquitto.log\n")
+                        f"log_dest file {log_file}\n" + ("log_type all\n" if log_all else ""))
         proc = subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         try:
@@ -118,7 +130,7 @@ def mosquitto_broker(binary: str, timeout: float = 10.0, nodelay: bool = True
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise OSError(f"mosquitto did not start on port {port}")
                 time.sleep(0.05)
-            yield port
+            yield port, log_file
         finally:
             proc.terminate()
             try:

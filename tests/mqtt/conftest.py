@@ -363,15 +363,16 @@ def engine_calls(demo_engine: Any, monkeypatch: pytest.MonkeyPatch) -> list[str 
 def make_service(make_config: Callable[..., Config], demo_engine: Any
                  ) -> Iterator[Callable[..., Any]]:
     """Factory of started in-process Services on ``broker`` with the shared demo engine;
-    keyword arguments are dotted config overrides. Stopped at teardown."""
+    keyword arguments are dotted config overrides (``liveness``: a LivenessPolicy). Stopped
+    at teardown."""
     from edgevlm.service import Service
 
     services: list[Any] = []
 
-    def make(overrides: dict[str, Any] | None = None, start: bool = True, **kwargs: Any
-             ) -> Any:
+    def make(overrides: dict[str, Any] | None = None, start: bool = True,
+             liveness: Any = None, **kwargs: Any) -> Any:
         config = make_config(overrides, **kwargs)
-        service = Service(config, engine=demo_engine)
+        service = Service(config, engine=demo_engine, liveness=liveness)
         services.append(service)
         if start:
             service.start(timeout=WAIT_S)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -154,33 +153,15 @@ def test_no_working_messages_unless_asked(make_service, mqtt_client):
     assert [json.loads(m.payload)["status"] for m in client.inbox.on(REPLY)] == ["ok"]
 
 
-@pytest.fixture
-def live_services(make_config: Any, demo_engine: Any) -> Iterator[Any]:
-    from edgevlm.liveness import LivenessPolicy
-    from edgevlm.service import Service
-
-    services: list[Service] = []
-
-    def make(node: str, policy: LivenessPolicy | None = None) -> Service:
-        service = Service(make_config(**{"mqtt.node_id": node, "mqtt.shared_group": "team"}),
-                          engine=demo_engine, liveness=policy)
-        services.append(service)
-        service.start(timeout=WAIT_S)
-        return service
-
-    yield make
-    for service in services:
-        service.stop("test teardown")
-
-
 def test_a_board_that_cannot_serve_leaves_the_pool_until_it_recovers(
-        live_services, mqtt_client, monkeypatch):
+        make_service, mqtt_client, monkeypatch):
     from edgevlm.liveness import LivenessPolicy
 
     monkeypatch.setenv(TEST_DELAY_ENV, "3000")     # n1's worker: 3 s per job
-    n1 = live_services("n1", LivenessPolicy(stuck_s=1.0, check_interval_s=0.2))
+    n1 = make_service(liveness=LivenessPolicy(stuck_s=1.0, check_interval_s=0.2),
+                      **{"mqtt.node_id": "n1", "mqtt.shared_group": "team"})
     monkeypatch.delenv(TEST_DELAY_ENV)
-    n2 = live_services("n2")
+    n2 = make_service(**{"mqtt.node_id": "n2", "mqtt.shared_group": "team"})
     client = mqtt_client()
     client.sub(REPLY, "edgevlm/+/bridge/pool")
     pool_state(client, "n1", True)
@@ -203,11 +184,12 @@ def test_a_board_that_cannot_serve_leaves_the_pool_until_it_recovers(
 
 
 def test_pooled_requests_waiting_on_a_board_that_leaves_are_answered_busy(
-        live_services, mqtt_client, monkeypatch):
+        make_service, mqtt_client, monkeypatch):
     from edgevlm.liveness import LivenessPolicy
 
     monkeypatch.setenv(TEST_DELAY_ENV, "3000")
-    n1 = live_services("n1", LivenessPolicy(stuck_s=1.0, check_interval_s=0.2))
+    n1 = make_service(liveness=LivenessPolicy(stuck_s=1.0, check_interval_s=0.2),
+                      **{"mqtt.node_id": "n1", "mqtt.shared_group": "team"})
     client = mqtt_client()
     client.sub(REPLY, "edgevlm/n1/bridge/pool")
     pool_state(client, "n1", True)

@@ -21,7 +21,7 @@ import pytest
 
 from edgevlm.liveness import Liveness, LivenessPolicy
 from edgevlm.metrics import Metrics
-from edgevlm.service import TEST_DELAY_ENV, Service
+from edgevlm.service import TEST_DELAY_ENV
 from tests.helpers import text, user_request
 from tests.mqtt.conftest import WAIT_S, v5_properties, wait_until
 from tests.reliability import raw_mqtt5 as raw
@@ -236,30 +236,15 @@ def ask(rid: str) -> str:
     return json.dumps(user_request(text(f"question {rid}"), id=rid, max_tokens=4))
 
 
-@pytest.fixture
-def make_live_service(make_config: Any, demo_engine: Any) -> Iterator[Any]:
-    services: list[Service] = []
-
-    def make(policy: LivenessPolicy) -> Service:
-        service = Service(make_config(), engine=demo_engine, liveness=policy)
-        services.append(service)
-        service.start(timeout=WAIT_S)
-        return service
-
-    yield make
-    for service in services:
-        service.stop("test teardown")
-
-
 def state_after(client: Any, payload: bytes, after: float) -> None:
     client.inbox.wait("edgevlm/node1/bridge/state", where=lambda m: m.payload == payload
                       and not m.retain and m.timestamp > after)
 
 
 def test_a_stuck_worker_turns_the_daemon_offline_until_the_job_ends(
-        make_live_service, mqtt_client, monkeypatch):
+        make_service, mqtt_client, monkeypatch):
     monkeypatch.setenv(TEST_DELAY_ENV, "3000")
-    service = make_live_service(LivenessPolicy(stuck_s=1.0, check_interval_s=0.2))
+    service = make_service(liveness=LivenessPolicy(stuck_s=1.0, check_interval_s=0.2))
     client = mqtt_client()
     client.sub(REPLY, "edgevlm/node1/bridge/state", "edgevlm/node1/bridge/health")
     start = time.monotonic()
@@ -275,8 +260,8 @@ def test_a_stuck_worker_turns_the_daemon_offline_until_the_job_ends(
 
 
 def test_a_failing_engine_turns_the_daemon_offline_until_it_answers(
-        make_live_service, mqtt_client, demo_engine, monkeypatch):
-    service = make_live_service(LivenessPolicy(failures=2, check_interval_s=0.2))
+        make_service, mqtt_client, demo_engine, monkeypatch):
+    service = make_service(liveness=LivenessPolicy(failures=2, check_interval_s=0.2))
     client = mqtt_client()
     client.sub(REPLY, "edgevlm/node1/bridge/state", "edgevlm/node1/bridge/health")
     original = demo_engine.generate_prepared
