@@ -18,12 +18,12 @@ from collections.abc import Callable
 import numpy as np
 from PIL import Image
 
-from edgevlm.admission import RequestSide, admit
-from edgevlm.limits import MMLimits, RequestLimits
-from edgevlm.preflight import PreflightContext, preflight
-from edgevlm.protocol import parse_request
+from edgevlm.pipeline.admission import RequestSide, admit
+from edgevlm.pipeline.limits import MMLimits, RequestLimits
+from edgevlm.pipeline.preflight import PreflightContext, preflight
 from edgevlm.tokenizer import ByteCountTokenizer
 from edgevlm.vision.sizing import get_family
+from edgevlm.wire.protocol import parse_request
 
 TARGET_PREFLIGHT_MS = 2.0
 

@@ -26,10 +26,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from edgevlm import strict_base64
-from edgevlm.cache import cache_key
-from edgevlm.protocol import VisionTokensPayload
-from edgevlm.vision_tokens import (
+from edgevlm.pipeline.cache import cache_key
+from edgevlm.wire import strict_base64
+from edgevlm.wire.protocol import VisionTokensPayload
+from edgevlm.wire.vision_tokens import (
     FeatureDtype,
     Layout,
     VisionFeatures,

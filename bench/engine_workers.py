@@ -155,7 +155,7 @@ class _EdgevlmWorker(_Worker):
         vision cache on the engine (as ``service.load_engine`` sets one) and a counter of the
         vision encoder's calls, so a cache hit is checked to skip it."""
         if self._ttft_messages is None:
-            from edgevlm.cache import VisionCache
+            from edgevlm.pipeline.cache import VisionCache
 
             self.engine.cache = VisionCache(256 * 2**20)
             encode = self.session.encode_vision

@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any
 
-from edgevlm.mqtt import embedded_codec as codec
+from edgevlm.frontdoors.mqtt import embedded_codec as codec
 
 NODE = "bench"
 REPLY = "edgevlm/clients/flood/reply"
@@ -52,7 +52,7 @@ def paho_flooder(host: str, port: int, count: int, inflight: int, rate: float, g
     import paho.mqtt.client as paho
     from paho.mqtt.enums import CallbackAPIVersion
 
-    from edgevlm.mqtt import fast_properties
+    from edgevlm.frontdoors.mqtt import fast_properties
 
     fast_properties.install()  # the daemon's cheaper property decoding, for this client too
     answers: dict[str, str] = {}

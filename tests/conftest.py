@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from edgevlm import strict_base64
+from edgevlm.wire import strict_base64
 from tests.helpers import image_bytes
 
 

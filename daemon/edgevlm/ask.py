@@ -37,7 +37,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from .mqtt.topics import Topics
+from .frontdoors.mqtt.topics import Topics
 
 log = logging.getLogger(__name__)
 

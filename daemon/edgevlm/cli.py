@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .errors import EdgevlmError
+from .wire.errors import EdgevlmError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_ANSWER = 0, 1, 2, 3
 _SIZE = re.compile(r"\A(\d+)[xX×](\d+)\Z")
@@ -27,7 +27,7 @@ def _print_json(obj: Any) -> None:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from .protocol import request_schema
+    from .wire.protocol import request_schema
 
     text = json.dumps(request_schema(), indent=2, sort_keys=True) + "\n"
     if args.output:

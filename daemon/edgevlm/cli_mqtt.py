@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .errors import EdgevlmError
+from .wire.errors import EdgevlmError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_ANSWER = 0, 1, 2, 3
 
@@ -166,7 +166,7 @@ def cmd_pool_status(args: argparse.Namespace) -> int:
 def cmd_encode(args: argparse.Namespace) -> int:
     from .engine import Engine
     from .models import demo_model_dir
-    from .vision_tokens import encode_vision_tokens
+    from .wire.vision_tokens import encode_vision_tokens
 
     model = args.model or str(demo_model_dir())
     try:

@@ -33,7 +33,7 @@ from pydantic import (
 )
 
 from .config_sources import Loc, RawConfig, apply_env, apply_overrides, read_yaml
-from .limits import MMLimits, RequestLimits
+from .pipeline.limits import MMLimits, RequestLimits
 from .vision.decode import MediaPolicy
 from .vision.sizing import FAMILIES
 

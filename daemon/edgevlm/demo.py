@@ -2,7 +2,7 @@
 
 1. A broker: the configured one when it answers, else a private one on a free loopback port —
    a ``mosquitto`` child process with a throw-away config when the binary exists, else the
-   embedded Python broker (:mod:`edgevlm.mqtt.embedded_broker`).
+   embedded Python broker (:mod:`edgevlm.frontdoors.mqtt.embedded_broker`).
 2. The daemon (:class:`edgevlm.service.Service`) in this process with the bundled demo model,
    Home Assistant discovery and zeroconf off.
 3. Sample frames (``models/samples``) sent through MQTT exactly as a user would: describe
@@ -36,8 +36,8 @@ import paho.mqtt.client as paho
 
 from .ask import BrokerUnavailable, DescribeClient, NoAnswer, describe_request, image_part
 from .config import Config, ConfigError, default_config, load_config
+from .frontdoors.mqtt.topics import Topics
 from .models import demo_model_dir
-from .mqtt.topics import Topics
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ def private_mosquitto(binary: str, timeout: float = 10.0, nodelay: bool = True,
 
 @contextlib.contextmanager
 def embedded_broker() -> Iterator[int]:
-    from .mqtt.embedded_broker import EmbeddedBroker
+    from .frontdoors.mqtt.embedded_broker import EmbeddedBroker
 
     broker = EmbeddedBroker("127.0.0.1", 0)
     try:

@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import protocol
-from .cache import CacheStats
+from .pipeline.cache import CacheStats
+from .wire import protocol
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """``edgevlm serve``: the composition root that wires config, engine, MQTT and the rest.
 
 Start: load the model -> start the worker, ack and health threads -> connect (paho retries with
-back-off) -> on the first connect, the ACL probe (:mod:`edgevlm.mqtt.probe`) -> on every
+back-off) -> on the first connect, the ACL probe (:mod:`edgevlm.frontdoors.mqtt.probe`) -> on every
 connect, once the subscriptions are confirmed: ``bridge/info``, Home Assistant discovery,
 camera states, ``bridge/busy``, ``bridge/health`` and finally ``bridge/state = online``. A
 refused login, a refused certificate or a denied topic at start-up ends the start
@@ -27,38 +27,38 @@ from types import FrameType
 from typing import Any
 
 from . import __version__
-from .admission import RequestSide
-from .cache import VisionCache
-from .camera_options import OptionStore, camera_event
 from .config import Config
 from .engine import Engine
-from .errors import Busy, WireError
-from .event_journal import EventJournal
-from .frigate_api import FetchThread, FrigateAPI
-from .liveness import Liveness, LivenessPolicy
-from .memory import reuse_image_buffers
-from .metrics import Metrics
-from .models import demo_model_dir
-from .mqtt.bridge import Bridge, info_payload
-from .mqtt.client import (
+from .frontdoors.mqtt.bridge import Bridge, info_payload
+from .frontdoors.mqtt.client import (
     Incoming,
     LinkSettings,
     MqttLink,
     max_incoming_packet,
     wait_confirmed,
 )
-from .mqtt.connect_errors import EX_CONFIG, ConnectFailure
-from .mqtt.dedupe import DedupeMemory
-from .mqtt.jobs import CameraJob, Job, JobQueue, RequestJob
-from .mqtt.pool import PoolMember, pool_settings, pool_state
-from .mqtt.probe import AclProbe, probe_targets
-from .mqtt.progress import ProgressBeacon
-from .mqtt.replies import Ack, Replier
-from .mqtt.requests import RequestHandler
-from .mqtt.topics import ReplyPolicy, Topics, homeassistant_status
-from .mqtt.worker import Worker
-from .protocol import parse_request
-from .sources import CameraFrame, CameraSources
+from .frontdoors.mqtt.connect_errors import EX_CONFIG, ConnectFailure
+from .frontdoors.mqtt.dedupe import DedupeMemory
+from .frontdoors.mqtt.jobs import CameraJob, Job, JobQueue, RequestJob
+from .frontdoors.mqtt.pool import PoolMember, pool_settings, pool_state
+from .frontdoors.mqtt.probe import AclProbe, probe_targets
+from .frontdoors.mqtt.progress import ProgressBeacon
+from .frontdoors.mqtt.replies import Ack, Replier
+from .frontdoors.mqtt.requests import RequestHandler
+from .frontdoors.mqtt.topics import ReplyPolicy, Topics, homeassistant_status
+from .frontdoors.mqtt.worker import Worker
+from .liveness import Liveness, LivenessPolicy
+from .memory import reuse_image_buffers
+from .metrics import Metrics
+from .models import demo_model_dir
+from .pipeline.admission import RequestSide
+from .pipeline.cache import VisionCache
+from .sources.camera_options import OptionStore, camera_event
+from .sources.cameras import CameraFrame, CameraSources
+from .sources.event_journal import EventJournal
+from .sources.frigate_api import FetchThread, FrigateAPI
+from .wire.errors import Busy, WireError
+from .wire.protocol import parse_request
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ def broker_host(config: Config) -> str:
     if config.mqtt.host:
         return config.mqtt.host
     if config.zeroconf.enabled and config.zeroconf.browse_broker:
-        from .announce import browse_mqtt_broker
+        from .integrations.announce import browse_mqtt_broker
 
         found = browse_mqtt_broker()
         if found is not None:
@@ -167,7 +167,8 @@ class Service:
                                  failures_in_a_row=self.metrics.failures_in_a_row)
         self.liveness.add_listener(self._on_serving_changed)
         # the shared pool on a connection of its own, a member only while serving
-        # (edgevlm.mqtt.pool); requests that ask for it hear `working` (edgevlm.mqtt.progress)
+        # (edgevlm.frontdoors.mqtt.pool); requests that ask for it hear `working`
+        # (edgevlm.frontdoors.mqtt.progress)
         self.pool: PoolMember | None = None
         self._pool_probe: Any = None  # the last round trip's MQTTMessageInfo
         if mqtt.shared_group:
@@ -182,9 +183,9 @@ class Service:
         self.requests.progress = self.progress
         self.bridge.health_extra = self._health_extra
         self._state_lock = threading.Lock()  # bridge/state: the last one published is current
-        self.camera_options = OptionStore(config.cache.dir)  # edgevlm.camera_options
+        self.camera_options = OptionStore(config.cache.dir)  # edgevlm.sources.camera_options
         self.frigate_api, self.frigate_calls = frigate_api(config)
-        self.journal = EventJournal(config.cache.dir)  # edgevlm.event_journal
+        self.journal = EventJournal(config.cache.dir)  # edgevlm.sources.event_journal
         self.sources = CameraSources(config.cameras, mqtt.base_topic, self.node_id,
                                      self._submit_frame, options=self.camera_options,
                                      publish=self._publish_messages,
@@ -254,7 +255,7 @@ class Service:
         if not self.config.zeroconf.enabled:
             return
         try:
-            from .announce import Announcer
+            from .integrations.announce import Announcer
 
             self._announcer = Announcer(self.node_id, __version__, self.topics.base,
                                         self.engine.name, self.host, self.config.mqtt.port)
@@ -423,7 +424,7 @@ class Service:
         try:
             discovery = None
             if self.config.homeassistant.discovery:
-                from .homeassistant import device_topic, discovery_context
+                from .integrations.homeassistant import device_topic, discovery_context
 
                 discovery = device_topic(discovery_context(self.config, __version__,
                                                            self.engine.name))
@@ -486,7 +487,7 @@ class Service:
             return
         import dataclasses
 
-        from .homeassistant import discovery_context, discovery_messages
+        from .integrations.homeassistant import discovery_context, discovery_messages
 
         ctx = discovery_context(self.config, __version__, self.engine.name)
         ctx = dataclasses.replace(ctx, removed_cameras=tuple(
@@ -529,7 +530,7 @@ class Service:
         each with a deadline; a dropped one gets its ``skipped`` record."""
         import base64
 
-        from .frigate import EVENT_DEADLINE_S, EVENT_QUEUE_PER_CAMERA
+        from .sources.frigate import EVENT_DEADLINE_S, EVENT_QUEUE_PER_CAMERA
 
         request = parse_request({"messages": [{"role": "user", "content": [
             {"type": "image", "image": {"b64": base64.b64encode(frame.image).decode()}},
@@ -551,7 +552,7 @@ class Service:
 
     def _on_dropped_frame(self, job: CameraJob, reason: str) -> None:
         """A queued Frigate event that will not run: its ``skipped`` record."""
-        from .frigate import EVENT_DEADLINE_S, EVENT_QUEUE_PER_CAMERA
+        from .sources.frigate import EVENT_DEADLINE_S, EVENT_QUEUE_PER_CAMERA
 
         detail = {"queue_full": f"more than {EVENT_QUEUE_PER_CAMERA} events of this camera "
                                 "waited for the model; the oldest is skipped",

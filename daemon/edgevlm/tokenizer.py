@@ -30,7 +30,7 @@ from typing import Protocol
 
 from tokenizers import Tokenizer, models
 
-from .protocol import (
+from .wire.protocol import (
     ImagePart,
     ImageRefPart,
     ImageUrlPart,

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from edgevlm.cache import VisionCache
 from edgevlm.engine import Engine
-from edgevlm.vision_tokens import encode_vision_tokens
+from edgevlm.pipeline.cache import VisionCache
+from edgevlm.wire.vision_tokens import encode_vision_tokens
 from tools.demo_model.evaluate import (
     MAX_TOKENS,
     Answer,

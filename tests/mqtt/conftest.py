@@ -335,9 +335,9 @@ def mqtt_client(broker: Broker) -> Iterator[Callable[..., MqttTestClient]]:
 @pytest.fixture(scope="session")
 def demo_engine() -> Any:
     """The bundled demo model, loaded once per session (threads=1, with a vision cache)."""
-    from edgevlm.cache import VisionCache
     from edgevlm.engine import Engine
     from edgevlm.models import demo_model_dir
+    from edgevlm.pipeline.cache import VisionCache
 
     return Engine.load(demo_model_dir(), threads=1, context=int(
         os.environ.get("EDGEVLM_TEST_CONTEXT", "4096")), cache=VisionCache(64 * 2**20))

@@ -2,7 +2,7 @@
 restart (stop the service, start a new one on the same broker), a removed camera loses its
 discovery components, and each description fires the camera's event entity.
 
-The rule under test is :mod:`edgevlm.camera_options` (Zigbee2MQTT-like: its ``state.json``
+The rule under test is :mod:`edgevlm.sources.camera_options` (Zigbee2MQTT-like: its ``state.json``
 beside retained commands). Home Assistant's MQTT ``switch``/``text``/``number`` publish their
 command retained when the discovery says ``retain: true`` (home-assistant/core
 ``homeassistant/components/mqtt/switch.py``, ``text.py``, ``number.py``: ``CONF_RETAIN``

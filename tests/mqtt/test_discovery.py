@@ -10,7 +10,7 @@ from typing import Any
 import paho.mqtt.client as paho
 import pytest
 
-from edgevlm.homeassistant import (
+from edgevlm.integrations.homeassistant import (
     BRIDGE_ENTITIES,
     CAMERA_ENTITIES,
     DiscoveryContext,

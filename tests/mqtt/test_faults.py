@@ -251,7 +251,7 @@ def test_sigterm_finishes_the_running_request_and_refuses_queued_ones(
 
 def test_exceptions_in_admission_and_engine_become_internal_answers(
         make_service, mqtt_client, monkeypatch, demo_engine):
-    import edgevlm.mqtt.requests as requests_module
+    import edgevlm.frontdoors.mqtt.requests as requests_module
 
     service = make_service()
     real_admit = requests_module.admit
@@ -285,7 +285,7 @@ def test_exceptions_in_admission_and_engine_become_internal_answers(
 
 
 def test_watchdog_exits_the_process_when_the_network_thread_dies(broker):
-    from edgevlm.mqtt.client import WATCHDOG_EXIT_CODE, LinkSettings, MqttLink
+    from edgevlm.frontdoors.mqtt.client import WATCHDOG_EXIT_CODE, LinkSettings, MqttLink
 
     exits: list[int] = []
     ready = threading.Event()
@@ -310,7 +310,7 @@ def test_messages_over_the_brokers_maximum_packet_size_are_not_sent(
     disconnected and reconnect in a loop. An answer too big becomes payload_too_large."""
     from dataclasses import replace
 
-    from edgevlm.mqtt.client import PacketTooLarge, publish_packet_size
+    from edgevlm.frontdoors.mqtt.client import PacketTooLarge, publish_packet_size
     from edgevlm.service import Service
     from tests.mqtt.conftest import (
         Broker,

@@ -34,8 +34,8 @@ from typing import Any
 
 import pytest
 
-from edgevlm.frigate_api import FrigateAPI, FrigateAPIError
 from edgevlm.service import Service
+from edgevlm.sources.frigate_api import FrigateAPI, FrigateAPIError
 from tests.helpers import image_bytes
 from tests.mqtt.conftest import MqttTestClient, wait_until
 from tests.mqtt.frigate_shapes import frigate_event

@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 
 from edgevlm.service import TEST_DELAY_ENV, Service
-from edgevlm.sources import CameraFrame
+from edgevlm.sources.cameras import CameraFrame
 from tests.helpers import image_bytes
 from tests.mqtt.conftest import MqttTestClient, wait_until
 from tests.mqtt.frigate_shapes import frigate_event

@@ -1,7 +1,7 @@
 """Issue 21: no Frigate event is lost across a daemon SIGKILL + restart (``cache.dir``).
 
 Frigate publishes ``frigate/events`` at QoS 0 (its ``mqtt.qos`` default), so the broker keeps
-nothing for a killed daemon: the daemon's journal (:mod:`edgevlm.event_journal`) must.
+nothing for a killed daemon: the daemon's journal (:mod:`edgevlm.sources.event_journal`) must.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from edgevlm.event_journal import JOURNAL_FILE, read_journal
+from edgevlm.sources.event_journal import JOURNAL_FILE, read_journal
 from tests.helpers import image_bytes
 from tests.mqtt.conftest import WAIT_S, Daemon, MqttTestClient, wait_until
 from tests.mqtt.frigate_shapes import frigate_event

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from edgevlm.mqtt.client import LinkSettings, MqttLink
+from edgevlm.frontdoors.mqtt.client import LinkSettings, MqttLink
 from tests.mqtt.conftest import WAIT_S, Broker, Daemon, MqttTestClient, free_port, wait_until
 
 LEVEL = re.compile(r"^\S+ \S+ (DEBUG|INFO|WARNING|ERROR|CRITICAL) ", re.MULTILINE)

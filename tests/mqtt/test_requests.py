@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any
 
-from edgevlm.protocol import Response
+from edgevlm.wire.protocol import Response
 from tests.helpers import image, image_bytes, text, user_request
 from tests.mqtt.conftest import v5_properties, wait_until
 

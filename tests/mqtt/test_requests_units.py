@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-from edgevlm.mqtt.client import publish_packet_size
-from edgevlm.mqtt.dedupe import ROUTES_PER_KEY, DedupeMemory, RequestKey, route_digest
-from edgevlm.mqtt.jobs import JobQueue
-from edgevlm.mqtt.replies import Ack, Route
-from edgevlm.mqtt.requests import dedupe_key, refusal_key
-from edgevlm.mqtt.topics import ReplyPolicy, RequestTopic, Topics
-from edgevlm.protocol import Response
+from edgevlm.frontdoors.mqtt.client import publish_packet_size
+from edgevlm.frontdoors.mqtt.dedupe import ROUTES_PER_KEY, DedupeMemory, RequestKey, route_digest
+from edgevlm.frontdoors.mqtt.jobs import JobQueue
+from edgevlm.frontdoors.mqtt.replies import Ack, Route
+from edgevlm.frontdoors.mqtt.requests import dedupe_key, refusal_key
+from edgevlm.frontdoors.mqtt.topics import ReplyPolicy, RequestTopic, Topics
+from edgevlm.wire.protocol import Response
 
 T = Topics("edgevlm", "garage")
 T_REPLIES = ReplyPolicy.for_node(T, None, ["homeassistant/#"])
@@ -292,7 +292,7 @@ def test_publish_packet_size_follows_the_mqtt_encoding(payload_len, protocol5, s
 
 
 def network_acks(timeout_s: float = 600.0) -> tuple[Any, list[Ack]]:
-    from edgevlm.mqtt.replies import _NetworkThreadAcks
+    from edgevlm.frontdoors.mqtt.replies import _NetworkThreadAcks
 
     acked: list[Ack] = []
     return _NetworkThreadAcks(acked.append, timeout_s), acked
@@ -336,8 +336,8 @@ def test_network_thread_acks_give_up_after_the_timeout_leaving_the_request_unack
 def test_refusals_are_logged_one_by_one_up_to_the_burst_then_summarised(caplog):
     import logging
 
-    from edgevlm.errors import WireError
-    from edgevlm.mqtt.refusals import RefusalLog
+    from edgevlm.frontdoors.mqtt.refusals import RefusalLog
+    from edgevlm.wire.errors import WireError
 
     now = [0.0]
     logger = logging.getLogger("test.refusals")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from edgevlm.protocol import Response, StreamChunk
+from edgevlm.wire.protocol import Response, StreamChunk
 from tests.helpers import image, image_bytes, text, user_request
 from tests.mqtt.conftest import v5_properties
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from edgevlm.engine import Engine
-from edgevlm.prepare import prepare_media
-from edgevlm.protocol import parse_request
+from edgevlm.pipeline.prepare import prepare_media
+from edgevlm.wire.protocol import parse_request
 from tests.native.conftest import CASES, FIXTURES, MODELS, golden
 
 GOLDEN = FIXTURES / "golden"

@@ -24,9 +24,9 @@ import pytest
 from PIL import Image
 from tokenizers import Tokenizer
 
-from edgevlm.protocol import Message
 from edgevlm.tokenizer import render_chat
 from edgevlm.vision.sizing import smart_resize, video_smart_resize
+from edgevlm.wire.protocol import Message
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "tests" / "fixtures" / "models"

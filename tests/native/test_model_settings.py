@@ -9,9 +9,9 @@ from edgevlm.config import default_config
 from edgevlm.engine import Engine
 from edgevlm.engine.engine import _normalise_messages
 from edgevlm.models import demo_model_dir
-from edgevlm.preflight import preflight
-from edgevlm.protocol import parse_request
+from edgevlm.pipeline.preflight import preflight
 from edgevlm.service import load_engine
+from edgevlm.wire.protocol import parse_request
 from tests.helpers import image_bytes
 
 

@@ -31,8 +31,8 @@ from edgevlm.config import ConfigError, load_config
 from edgevlm.engine.model import ModelFiles, NativeModel
 from edgevlm.engine.native import ModelLoadError, ffi, lib
 from edgevlm.engine.session import NativeSession
-from edgevlm.errors import wire_error
-from edgevlm.protocol import parse_request
+from edgevlm.wire.errors import wire_error
+from edgevlm.wire.protocol import parse_request
 from tests.fuzz.python.targets import check_config, check_request
 
 FUZZ_CORPUS = Path(__file__).resolve().parents[1] / "fuzz" / "corpus" / "api"

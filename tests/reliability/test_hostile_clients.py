@@ -28,12 +28,12 @@ from typing import Any
 
 import pytest
 
+from edgevlm.frontdoors.mqtt.dedupe import ROUTES_PER_KEY, DedupeMemory
+from edgevlm.frontdoors.mqtt.replies import Route
+from edgevlm.frontdoors.mqtt.requests import dedupe_key, refusal_key
 from edgevlm.metrics import rss_bytes
-from edgevlm.mqtt.dedupe import ROUTES_PER_KEY, DedupeMemory
-from edgevlm.mqtt.replies import Route
-from edgevlm.mqtt.requests import dedupe_key, refusal_key
-from edgevlm.protocol import Response
 from edgevlm.service import Service
+from edgevlm.wire.protocol import Response
 from tests.helpers import image, image_bytes, text, user_request
 from tests.mqtt.conftest import (
     WAIT_S,

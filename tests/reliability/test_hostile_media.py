@@ -68,10 +68,10 @@ class MediaPath:
     the text)."""
 
     def __init__(self) -> None:
-        from edgevlm.admission import RequestSide
         from edgevlm.config import validate_config
         from edgevlm.engine import Engine
         from edgevlm.models import demo_model_dir
+        from edgevlm.pipeline.admission import RequestSide
         from edgevlm.vision.sizing import get_family
 
         config = validate_config({}, "defaults")
@@ -84,9 +84,9 @@ class MediaPath:
 
     def run(self, data: bytes, mime: str) -> dict[str, Any]:
         """The outcome of one image: the wire error, or what came out of preparation."""
-        from edgevlm.admission import admit
-        from edgevlm.errors import wire_error
-        from edgevlm.prepare import prepare_media
+        from edgevlm.pipeline.admission import admit
+        from edgevlm.pipeline.prepare import prepare_media
+        from edgevlm.wire.errors import wire_error
 
         try:
             admitted = admit(_request_payload(data, mime), self.side)

@@ -33,8 +33,8 @@ from paho.mqtt import _packet
 from paho.mqtt.exception import MalformedPacket
 from paho.mqtt.properties import Properties
 
-from edgevlm.mqtt import fast_properties
-from edgevlm.mqtt.client import Incoming, LinkSettings, MqttLink, max_incoming_packet
+from edgevlm.frontdoors.mqtt import fast_properties
+from edgevlm.frontdoors.mqtt.client import Incoming, LinkSettings, MqttLink, max_incoming_packet
 from tests.helpers import text, user_request
 from tests.mqtt.conftest import WAIT_S
 from tests.reliability import raw_mqtt5 as raw

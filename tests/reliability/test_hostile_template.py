@@ -16,8 +16,8 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from edgevlm.engine.model import TEXT
-from edgevlm.preflight import preflight
-from edgevlm.protocol import Response, parse_request
+from edgevlm.pipeline.preflight import preflight
+from edgevlm.wire.protocol import Response, parse_request
 from tests.helpers import image, image_bytes, text, user_request
 from tests.mqtt.conftest import v5_properties
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from edgevlm.mqtt.connect_errors import EX_CONFIG
+from edgevlm.frontdoors.mqtt.connect_errors import EX_CONFIG
 from edgevlm.service import Service, StartupFailure
 from tests.helpers import text, user_request
 from tests.mqtt.conftest import WAIT_S, Broker, Daemon, close_client, config_for, v5_properties
@@ -77,9 +77,9 @@ def services(demo_engine: Any, pki: Pki) -> Iterator[Callable[..., Service]]:
 
 def error_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     """The daemon's own ERROR lines (paho's socket messages, e.g. "failed to receive on
-    socket: Connection reset by peer", are its logger ``edgevlm.mqtt.paho``)."""
+    socket: Connection reset by peer", are its logger ``edgevlm.frontdoors.mqtt.paho``)."""
     return [r.getMessage() for r in caplog.records
-            if r.levelno >= logging.ERROR and r.name != "edgevlm.mqtt.paho"]
+            if r.levelno >= logging.ERROR and r.name != "edgevlm.frontdoors.mqtt.paho"]
 
 
 def ask(client: Any, rid: str) -> dict[str, Any]:

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 import pytest
 from zeroconf import ServiceInfo, Zeroconf
 
-from edgevlm import announce
-from edgevlm.announce import (
+from edgevlm.integrations import announce
+from edgevlm.integrations.announce import (
     IP_VERSION,
     MQTT_SERVICE_TYPE,
     SERVICE_TYPE,
@@ -157,7 +157,7 @@ def test_failures_are_logged_never_raised(monkeypatch: pytest.MonkeyPatch,
         raise OSError("no multicast here")
 
     monkeypatch.setattr(announce, "Zeroconf", broken)
-    caplog.set_level(logging.WARNING, logger="edgevlm.announce")
+    caplog.set_level(logging.WARNING, logger="edgevlm.integrations.announce")
     announcer = Announcer("n", "0.1.0", "edgevlm", "m", "localhost", 1883)
     announcer.start()
     announcer.stop()

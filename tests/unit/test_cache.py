@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edgevlm.cache import FILE_SUFFIX, CacheStats, VisionCache, cache_key
-from edgevlm.features import VisionFeatures
+from edgevlm.pipeline.cache import FILE_SUFFIX, CacheStats, VisionCache, cache_key
+from edgevlm.wire.features import VisionFeatures
 
 FP = "qwen3-vl-2b@sha256:abc"
 D = 16
@@ -166,7 +166,7 @@ def test_hit_logs_the_seed_line(caplog: pytest.LogCaptureFixture) -> None:
     cache = VisionCache()
     cache.put(key(0), feats(0), source_size=(64, 48))
     cache.put(key(1), feats(1, n_grid=(1, 3, 3)))
-    with caplog.at_level(logging.INFO, logger="edgevlm.cache"):
+    with caplog.at_level(logging.INFO, logger="edgevlm.pipeline.cache"):
         cache.get(key(0))
         cache.get(key(1))
         cache.get(key(2))
@@ -230,7 +230,7 @@ def test_entries_survive_a_restart(tmp_path: Path, caplog: pytest.LogCaptureFixt
 
     second = VisionCache(max_bytes=20 * ENTRY, directory=tmp_path, model_fingerprint=FP)
     assert second.stats().entries == 2 and second.stats().bytes == plain.nbytes + deep.nbytes
-    with caplog.at_level(logging.INFO, logger="edgevlm.cache"):
+    with caplog.at_level(logging.INFO, logger="edgevlm.pipeline.cache"):
         got = second.get(key(0))
     assert same(got, plain) and same(second.get(key(1)), deep)
     assert "vision-cache hit (64x64, 4 vis tokens, skip ViT)" in caplog.messages
@@ -308,7 +308,7 @@ def _bad_files(directory: Path) -> dict[str, str]:
 def test_corrupt_truncated_and_foreign_files_are_skipped_with_a_warning(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     reasons = _bad_files(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="edgevlm.cache"):
+    with caplog.at_level(logging.WARNING, logger="edgevlm.pipeline.cache"):
         cache = VisionCache(directory=tmp_path, model_fingerprint=FP)
     assert key(0) in cache and cache.stats().entries == 1
     assert same(cache.get(key(0)), feats(0))
@@ -330,7 +330,7 @@ def test_unusable_directory_falls_back_to_memory(tmp_path: Path,
                                                  caplog: pytest.LogCaptureFixture) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_bytes(b"")
-    with caplog.at_level(logging.WARNING, logger="edgevlm.cache"):
+    with caplog.at_level(logging.WARNING, logger="edgevlm.pipeline.cache"):
         cache = VisionCache(directory=blocker / "cache", model_fingerprint=FP)
     assert any("not usable" in m and str(blocker / "cache") in m for m in caplog.messages)
     cache.put(key(0), feats(0))
@@ -343,7 +343,7 @@ def test_a_failed_write_keeps_the_entry_in_memory(tmp_path: Path,
     cache = VisionCache(directory=directory, model_fingerprint=FP)
     directory.rmdir()
     directory.write_bytes(b"")  # the directory is now a file: every write fails
-    with caplog.at_level(logging.WARNING, logger="edgevlm.cache"):
+    with caplog.at_level(logging.WARNING, logger="edgevlm.pipeline.cache"):
         cache.put(key(0), feats(0))
     assert any("cannot write" in m for m in caplog.messages)
     assert same(cache.get(key(0)), feats(0))
@@ -469,7 +469,7 @@ HOSTILE: dict[str, tuple[Callable[[Path], None], str]] = {
 
 def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records
-            if r.levelno == logging.WARNING and r.name == "edgevlm.cache"]
+            if r.levelno == logging.WARNING and r.name == "edgevlm.pipeline.cache"]
 
 
 @pytest.mark.parametrize("case", HOSTILE)
@@ -482,7 +482,7 @@ def test_a_hostile_entry_is_skipped_with_a_warning_and_the_good_ones_load(
     hostile = directory / (key(1) + FILE_SUFFIX)
     make, reason = HOSTILE[case]
     make(hostile)
-    with caplog.at_level(logging.WARNING, logger="edgevlm.cache"), _bounded():
+    with caplog.at_level(logging.WARNING, logger="edgevlm.pipeline.cache"), _bounded():
         cache = VisionCache(max_bytes=10 * ENTRY, directory=directory, model_fingerprint=FP)
     warnings = _warnings(caplog)
     assert len(warnings) == 1 and str(hostile) in warnings[0] and reason in warnings[0], warnings
@@ -503,7 +503,7 @@ def test_every_hostile_entry_at_once_is_skipped_and_rss_does_not_grow(
     VisionCache(max_bytes=100 * ENTRY, directory=directory, model_fingerprint=FP)  # warm up
     caplog.clear()
     before = _rss()
-    with caplog.at_level(logging.WARNING, logger="edgevlm.cache"), _bounded():
+    with caplog.at_level(logging.WARNING, logger="edgevlm.pipeline.cache"), _bounded():
         cache = VisionCache(max_bytes=100 * ENTRY, directory=directory, model_fingerprint=FP)
     assert _rss() - before < 16 * 2**20
     warnings = _warnings(caplog)
@@ -536,7 +536,7 @@ def test_an_entry_larger_than_max_bytes_plus_a_header_is_not_opened(
         return real_open(file, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", spy)
-    with caplog.at_level(logging.WARNING, logger="edgevlm.cache"):
+    with caplog.at_level(logging.WARNING, logger="edgevlm.pipeline.cache"):
         cache = VisionCache(max_bytes=0, directory=tmp_path, model_fingerprint=FP)
     assert str(path) not in opened and cache.stats().entries == 0
     assert any(str(path) in w and "larger than any entry" in w for w in _warnings(caplog))
@@ -545,7 +545,7 @@ def test_an_entry_larger_than_max_bytes_plus_a_header_is_not_opened(
 def test_an_unexpected_error_of_one_entry_is_a_warning_naming_its_type(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
-    import edgevlm.cache as cache_module
+    import edgevlm.pipeline.cache as cache_module
 
     writer = VisionCache(directory=tmp_path, model_fingerprint=FP)
     writer.put(key(0), feats(0))
@@ -558,7 +558,7 @@ def test_an_unexpected_error_of_one_entry_is_a_warning_naming_its_type(
         return real(f, header)
 
     monkeypatch.setattr(cache_module, "_read_entry", flaky)
-    with caplog.at_level(logging.WARNING, logger="edgevlm.cache"):
+    with caplog.at_level(logging.WARNING, logger="edgevlm.pipeline.cache"):
         cache = VisionCache(directory=tmp_path, model_fingerprint=FP)
     assert key(0) in cache and key(1) not in cache
     assert _warnings(caplog) == [
@@ -575,7 +575,7 @@ def test_reloaded_arrays_are_read_only(tmp_path: Path) -> None:
 
 def test_a_write_never_follows_a_symlink_planted_at_the_temporary_name(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import edgevlm.cache as cache_module
+    import edgevlm.pipeline.cache as cache_module
 
     directory, victim = tmp_path / "cache", tmp_path / "victim"
     victim.write_bytes(b"not yours")

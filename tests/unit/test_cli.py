@@ -96,8 +96,8 @@ def test_encode_writes_a_vision_tokens_payload_the_model_accepts(tmp_path: Path)
     from edgevlm.demo import load_samples
     from edgevlm.engine import Engine
     from edgevlm.models import demo_model_dir
-    from edgevlm.protocol import VisionTokensPayload
-    from edgevlm.vision_tokens import decode_vision_tokens
+    from edgevlm.wire.protocol import VisionTokensPayload
+    from edgevlm.wire.vision_tokens import decode_vision_tokens
 
     out = tmp_path / "door.json"
     image = load_samples()[0].image
@@ -112,7 +112,7 @@ def test_encode_writes_a_vision_tokens_payload_the_model_accepts(tmp_path: Path)
 
 def test_demo_samples_exist_and_are_images() -> None:
     from edgevlm.demo import load_samples
-    from edgevlm.sources import image_kind
+    from edgevlm.sources.cameras import image_kind
 
     samples = load_samples()
     assert 4 <= len(samples) <= 6

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from edgevlm.errors import UnsupportedMedia
 from edgevlm.vision.decode import ImageHeader, MediaPolicy, decode_image, probe_image
+from edgevlm.wire.errors import UnsupportedMedia
 
 POLICY = MediaPolicy()
 ALLOWED = "send JPEG, PNG, WEBP or BMP (media.formats)"

@@ -16,8 +16,8 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from edgevlm.mqtt.embedded_broker import EmbeddedBroker
-from edgevlm.mqtt.embedded_codec import topic_matches, valid_filter
+from edgevlm.frontdoors.mqtt.embedded_broker import EmbeddedBroker
+from edgevlm.frontdoors.mqtt.embedded_codec import topic_matches, valid_filter
 
 WAIT_S = 15.0
 

@@ -12,14 +12,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edgevlm.admission import RequestSide, admit
-from edgevlm.cache import VisionCache
-from edgevlm.errors import ERROR_TYPES, Busy, DeadlineExceeded, EdgevlmError, wire_error
-from edgevlm.limits import MMLimits, RequestLimits
-from edgevlm.preflight import PreflightContext
-from edgevlm.prepare import ModelFacts, prepare_media
+from edgevlm.pipeline.admission import RequestSide, admit
+from edgevlm.pipeline.cache import VisionCache
+from edgevlm.pipeline.limits import MMLimits, RequestLimits
+from edgevlm.pipeline.preflight import PreflightContext
+from edgevlm.pipeline.prepare import ModelFacts, prepare_media
 from edgevlm.tokenizer import ByteCountTokenizer
 from edgevlm.vision.sizing import get_family
+from edgevlm.wire.errors import ERROR_TYPES, Busy, DeadlineExceeded, EdgevlmError, wire_error
 from tests.helpers import image, image_bytes, text, user_request
 
 FACTS = ModelFacts("test-model", hidden_size=8, deepstack_layers=2)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from edgevlm import event_journal
-from edgevlm.event_journal import JOURNAL_FILE, EventJournal, JournaledEvent, read_journal
+from edgevlm.sources import event_journal
+from edgevlm.sources.event_journal import JOURNAL_FILE, EventJournal, JournaledEvent, read_journal
 
 
 def event(i: int, camera: str = "cam0") -> JournaledEvent:

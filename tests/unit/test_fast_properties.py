@@ -19,7 +19,7 @@ from paho.mqtt.enums import MQTTProtocolVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from edgevlm.mqtt.fast_properties import (
+from edgevlm.frontdoors.mqtt.fast_properties import (
     COMPATIBLE,
     FastProperties,
     install,

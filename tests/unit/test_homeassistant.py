@@ -25,9 +25,8 @@ from typing import Any
 import jinja2.sandbox
 import pytest
 
-from edgevlm import protocol
 from edgevlm.config import default_config
-from edgevlm.homeassistant import (
+from edgevlm.integrations.homeassistant import (
     BRIDGE_ENTITIES,
     CAMERA_ENTITIES,
     DiscoveryContext,
@@ -39,6 +38,7 @@ from edgevlm.homeassistant import (
     removal_messages,
 )
 from edgevlm.metrics import Metrics
+from edgevlm.wire import protocol
 
 GOLDEN = Path(__file__).parents[1] / "fixtures" / "homeassistant"
 

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from edgevlm.config import load_config
-from edgevlm.homeassistant import DiscoveryContext, entity_configs, make_device_id
+from edgevlm.integrations.homeassistant import DiscoveryContext, entity_configs, make_device_id
 
 REPO = Path(__file__).parents[2]
 HA = REPO / "integration" / "homeassistant"

@@ -6,9 +6,9 @@ import base64
 
 import pytest
 
-from edgevlm.errors import MMLimitExceeded, PayloadTooLarge, UnsupportedModality
-from edgevlm.limits import MMLimits, RequestLimits, check_request_limits, count_items
-from edgevlm.protocol import parse_request
+from edgevlm.pipeline.limits import MMLimits, RequestLimits, check_request_limits, count_items
+from edgevlm.wire.errors import MMLimitExceeded, PayloadTooLarge, UnsupportedModality
+from edgevlm.wire.protocol import parse_request
 from tests.helpers import data_url, image, text, user_request
 
 VT = {"type": "vision_tokens", "vision_tokens": {"grid": [1, 1, 1], "tokens_b64": ""}}

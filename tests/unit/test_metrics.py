@@ -6,9 +6,9 @@ import json
 import random
 import threading
 
-from edgevlm import protocol
-from edgevlm.cache import CacheStats
 from edgevlm.metrics import WINDOW, Metrics, percentile, rss_bytes
+from edgevlm.pipeline.cache import CacheStats
+from edgevlm.wire import protocol
 
 
 def check_invariant(snap: dict[str, object]) -> None:

@@ -10,16 +10,17 @@ from unittest import mock
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-from edgevlm.admission import RequestSide, admit
-from edgevlm.cache import VisionCache
-from edgevlm.errors import CacheMiss, ContextLengthExceeded, EdgevlmError, UnsupportedMedia
-from edgevlm.features import VisionFeatures
-from edgevlm.limits import MMLimits, RequestLimits
-from edgevlm.preflight import HEADER_PREFIX_CHARS, PreflightContext, header_of, preflight
-from edgevlm.protocol import parse_request
+from edgevlm.pipeline.admission import RequestSide, admit
+from edgevlm.pipeline.cache import VisionCache
+from edgevlm.pipeline.limits import MMLimits, RequestLimits
+from edgevlm.pipeline.preflight import HEADER_PREFIX_CHARS, PreflightContext, header_of, preflight
 from edgevlm.tokenizer import QWEN_SPECIAL_TOKENS, ByteCountTokenizer, HFTokenizer, render_chat
 from edgevlm.vision.decode import MediaPolicy
 from edgevlm.vision.sizing import get_family
+from edgevlm.wire import strict_base64
+from edgevlm.wire.errors import CacheMiss, ContextLengthExceeded, EdgevlmError, UnsupportedMedia
+from edgevlm.wire.features import VisionFeatures
+from edgevlm.wire.protocol import parse_request
 from tests.helpers import data_url, image, image_bytes, text, user_request
 
 QWEN3 = get_family("qwen3-vl")
@@ -72,8 +73,8 @@ def test_header_is_read_from_a_base64_prefix_of_big_files() -> None:
     jpeg = image_bytes(1920, 1080, quality=95)
     url = data_url(jpeg)
     assert len(url) > HEADER_PREFIX_CHARS
-    with mock.patch("edgevlm.preflight.strict_base64.decode",
-                    wraps=__import__("edgevlm.strict_base64", fromlist=["decode"]).decode) as dec:
+    with mock.patch("edgevlm.pipeline.preflight.strict_base64.decode",
+                    wraps=strict_base64.decode) as dec:
         header = header_of(url, MediaPolicy(), "p")
     assert (header.width, header.height) == (1920, 1080)
     assert all(len(call.args[0]) <= HEADER_PREFIX_CHARS for call in dec.call_args_list)

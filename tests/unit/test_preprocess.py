@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from edgevlm.errors import UnsupportedMedia
 from edgevlm.vision import preprocess
 from edgevlm.vision.preprocess import PixelInput, preprocess_image, preprocess_video
 from edgevlm.vision.sizing import Family, get_family
+from edgevlm.wire.errors import UnsupportedMedia
 
 QWEN3 = get_family("qwen3-vl")
 QWEN2 = get_family("qwen2-vl")

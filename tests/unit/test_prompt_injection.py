@@ -17,9 +17,7 @@ import pytest
 
 from edgevlm.engine.model import SpecialTokens
 from edgevlm.engine.prompt import PromptInputs, PromptMedia, assemble_prompt
-from edgevlm.features import VisionFeatures
-from edgevlm.preflight import PreflightContext, preflight
-from edgevlm.protocol import Request, parse_request
+from edgevlm.pipeline.preflight import PreflightContext, preflight
 from edgevlm.tokenizer import (
     IM_END,
     IM_START,
@@ -33,6 +31,8 @@ from edgevlm.tokenizer import (
 )
 from edgevlm.tokenizer_gguf import tokenizer_from_ggml
 from edgevlm.vision.sizing import get_family
+from edgevlm.wire.features import VisionFeatures
+from edgevlm.wire.protocol import Request, parse_request
 from tests.helpers import data_url, image, image_bytes, text, user_request
 from tests.qwen_tokenizers import CORPUS, ggml_arrays, train_tiny_tokenizer
 
@@ -212,7 +212,7 @@ def _png(picture: Any) -> bytes:
 
 
 def test_forged_pads_with_one_image_answer_normally_on_the_demo_model(demo: Any) -> None:
-    from edgevlm.prepare import prepare_media
+    from edgevlm.pipeline.prepare import prepare_media
     from tools.demo_model.evaluate import held_out_items
 
     items = [i for i in held_out_items(12) if i.media == "image" and len(i.images) == 1][:3]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from edgevlm.errors import InvalidRequest, UnsupportedMedia
-from edgevlm.protocol import (
+from edgevlm.wire.errors import InvalidRequest, UnsupportedMedia
+from edgevlm.wire.protocol import (
     AnswerData,
     ImagePart,
     Metrics,
@@ -136,8 +136,8 @@ ERROR_IDS = [None, "", "q1", "t-7", "a" * 128, "caf\u00e9", "\U0001f600", "\u202
 
 
 def test_error_answer_json_is_byte_for_byte_the_pydantic_answer() -> None:
-    from edgevlm.errors import ERROR_TYPES
-    from edgevlm.protocol import error_answer_json
+    from edgevlm.wire.errors import ERROR_TYPES
+    from edgevlm.wire.protocol import error_answer_json
 
     compared = 0
     for error in ERROR_TYPES:
@@ -151,7 +151,7 @@ def test_error_answer_json_is_byte_for_byte_the_pydantic_answer() -> None:
 
 
 def test_error_answer_json_echoes_an_id_that_is_not_valid_unicode() -> None:
-    from edgevlm.protocol import error_answer_json
+    from edgevlm.wire.protocol import error_answer_json
 
     with pytest.raises(InvalidRequest) as info:
         parse_request(b'{"v": 1, "id": "a\\ud800", "messages": []}')

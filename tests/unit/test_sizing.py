@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edgevlm.errors import UnsupportedMedia
 from edgevlm.vision.sizing import (
     FAMILIES,
     get_family,
@@ -19,6 +18,7 @@ from edgevlm.vision.sizing import (
     video_smart_resize,
     video_tokens,
 )
+from edgevlm.wire.errors import UnsupportedMedia
 
 QWEN3 = get_family("qwen3-vl")
 QWEN25 = get_family("qwen2.5-vl")

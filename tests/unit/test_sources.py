@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from edgevlm.config import CameraConfig
-from edgevlm.errors import WireError
-from edgevlm.sources import CameraFrame, CameraSources, fill_prompt, image_kind
+from edgevlm.sources.cameras import CameraFrame, CameraSources, fill_prompt, image_kind
+from edgevlm.wire.errors import WireError
 from tests.helpers import image_bytes
 
 JPEG = image_bytes(64, 48)
@@ -70,7 +70,7 @@ def test_a_jpeg_on_the_camera_topic_is_submitted_with_the_camera_prompt() -> Non
 def test_a_payload_that_is_not_an_image_is_refused_with_a_log_line(
         caplog: pytest.LogCaptureFixture) -> None:
     sources, frames = make({"door": {}})
-    with caplog.at_level(logging.WARNING, "edgevlm.sources"):
+    with caplog.at_level(logging.WARNING, "edgevlm.sources.cameras"):
         assert sources.handle(f"{ROOT}/door/image", b'{"image": "base64..."}') == []
     assert frames == []
     assert "neither JPEG nor PNG" in caplog.text
@@ -186,7 +186,7 @@ def test_bad_frigate_event_payloads_are_logged_and_ignored(
         caplog: pytest.LogCaptureFixture) -> None:
     sources, frames = make({"front": {"frigate": True}})
     sources.handle("frigate/front/person/snapshot", JPEG)
-    with caplog.at_level(logging.WARNING, "edgevlm.sources"):
+    with caplog.at_level(logging.WARNING, "edgevlm.sources.cameras"):
         for payload in (b"not json", b"[]", b'{"type": "end"}', b'{"type": "end", "after": 3}'):
             assert sources.handle("frigate/events", payload) == []
     assert frames == [] and "frigate event ignored" in caplog.text

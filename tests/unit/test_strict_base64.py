@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import edgevlm.engine
-from edgevlm import strict_base64
 from edgevlm.engine import base64_native
+from edgevlm.wire import strict_base64
 
 ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 # Characters a broken or foreign encoder produces, next to the alphabet and '='.

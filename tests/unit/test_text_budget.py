@@ -23,20 +23,18 @@ from typing import Any
 import pytest
 from tokenizers import Tokenizer, pre_tokenizers
 
-from edgevlm.admission import RequestSide, admit
 from edgevlm.config import validate_config
 from edgevlm.engine import Engine
-from edgevlm.errors import ContextLengthExceeded, PayloadTooLarge
-from edgevlm.limits import RequestLimits
 from edgevlm.models import demo_model_dir
-from edgevlm.preflight import (
+from edgevlm.pipeline.admission import RequestSide, admit
+from edgevlm.pipeline.limits import RequestLimits
+from edgevlm.pipeline.preflight import (
     ADMISSION_TOKENIZE_BYTES,
     PreflightContext,
     check_text_fits,
     text_size,
 )
-from edgevlm.prepare import prepare_media
-from edgevlm.protocol import parse_request
+from edgevlm.pipeline.prepare import prepare_media
 from edgevlm.tokenizer import (
     QWEN_ADDED_TOKENS,
     ByteCountTokenizer,
@@ -46,6 +44,8 @@ from edgevlm.tokenizer import (
 )
 from edgevlm.tokenizer_gguf import tokenizer_from_ggml
 from edgevlm.vision.sizing import get_family
+from edgevlm.wire.errors import ContextLengthExceeded, PayloadTooLarge
+from edgevlm.wire.protocol import parse_request
 from tests.helpers import image, image_bytes, text, user_request
 from tests.qwen_tokenizers import (
     CORPUS,

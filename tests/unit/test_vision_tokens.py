@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edgevlm.errors import InvalidVisionTokens, PayloadTooLarge
-from edgevlm.protocol import VisionTokensPayload
-from edgevlm.vision_tokens import (
+from edgevlm.wire.errors import InvalidVisionTokens, PayloadTooLarge
+from edgevlm.wire.protocol import VisionTokensPayload
+from edgevlm.wire.vision_tokens import (
     MAX_VISION_TOKENS,
     FeatureDtype,
     VisionFeatures,
@@ -83,9 +83,9 @@ def test_default_encoding_is_plain_protocol_v1(features: VisionFeatures) -> None
 
 def test_accepted_payload_logs_one_info_line_in_the_seed_shape(
         wire: dict[str, Any], caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="edgevlm.vision_tokens"):
+    with caplog.at_level(logging.INFO, logger="edgevlm.wire.vision_tokens"):
         decode_vision_tokens(payload(wire), D, K)
-    lines = [r.getMessage() for r in caplog.records if r.name == "edgevlm.vision_tokens"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "edgevlm.wire.vision_tokens"]
     assert lines == ["vision_tokens client-preprocess n=4 d=2048 ds=3 grid=[1,2,2]"]
     assert caplog.records[0].levelno == logging.INFO
 
@@ -93,7 +93,7 @@ def test_accepted_payload_logs_one_info_line_in_the_seed_shape(
 def test_without_ds_b64_deepstack_is_none_and_logged_as_ds_0(
         wire: dict[str, Any], caplog: pytest.LogCaptureFixture) -> None:
     obj = {k: v for k, v in wire.items() if k != "ds_b64"}
-    with caplog.at_level(logging.INFO, logger="edgevlm.vision_tokens"):
+    with caplog.at_level(logging.INFO, logger="edgevlm.wire.vision_tokens"):
         got = decode_vision_tokens(payload(obj), D, K)
     assert got.deepstack is None and not got.has_deepstack and got.nbytes == N * D * 4
     assert caplog.messages == ["vision_tokens client-preprocess n=4 d=2048 ds=0 grid=[1,2,2]"]

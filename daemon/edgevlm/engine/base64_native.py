@@ -3,12 +3,12 @@ where CPython's strict binascii manages 0.3-0.4 GB/s).
 
 The language and the bytes are those of ``binascii.a2b_base64(text, strict_mode=True)`` in
 CPython 3.12-3.14 on texts whose length is a multiple of 4 (edgevlm.h spells it out;
-:mod:`edgevlm.strict_base64` says where 3.11 and 3.15 differ). The text is read in
+:mod:`edgevlm.wire.strict_base64` says where 3.11 and 3.15 differ). The text is read in
 place and the bytes are written straight into the caller's buffer: no copy on either side.
 An ASCII ``str`` is read through ``PyUnicode_AsUTF8AndSize``, which hands out CPython's own
 character buffer for such strings (encoding a 34 MB str to bytes first cost more than the
 decoding itself: a copy into freshly mapped pages); where ctypes cannot reach that function
-the str is encoded once. :mod:`edgevlm.strict_base64` is the user: it owns the error messages
+the str is encoded once. :mod:`edgevlm.wire.strict_base64` is the user: it owns the error messages
 and falls back to binascii when the core is not built.
 """
 

@@ -22,15 +22,15 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image
 
-from ..cache import VisionCache
-from ..features import VisionFeatures
-from ..limits import MMLimits
-from ..preflight import PreflightContext
-from ..prepare import ModelFacts, PreparedMedia, prepare_media
-from ..protocol import Request, parse_request
+from ..pipeline.cache import VisionCache
+from ..pipeline.limits import MMLimits
+from ..pipeline.preflight import PreflightContext
+from ..pipeline.prepare import ModelFacts, PreparedMedia, prepare_media
 from ..vision.decode import MediaPolicy, decode_for_resize
 from ..vision.preprocess import PixelInput, image_planes, planes_to_pixels
 from ..vision.sizing import pixel_bounds, resize_rule
+from ..wire.features import VisionFeatures
+from ..wire.protocol import Request, parse_request
 from .model import (
     ModelFiles,
     NativeModel,

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import ContextLengthExceeded
-from ..preflight import ADMISSION_TOKENIZE_BYTES, check_text_fits, text_size
-from ..prepare import PreparedMedia
-from ..protocol import Request
+from ..pipeline.preflight import ADMISSION_TOKENIZE_BYTES, check_text_fits, text_size
+from ..pipeline.prepare import PreparedMedia
+from ..wire.errors import ContextLengthExceeded
+from ..wire.protocol import Request
 from .native import EngineCancelled
 
 if TYPE_CHECKING:

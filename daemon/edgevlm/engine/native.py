@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ..errors import ContextLengthExceeded, DeadlineExceeded, EdgevlmError, InternalError
+from ..wire.errors import ContextLengthExceeded, DeadlineExceeded, EdgevlmError, InternalError
 
 try:
     _native: Any = importlib.import_module("edgevlm._native")   # built by cffi, no stubs

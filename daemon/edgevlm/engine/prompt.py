@@ -21,9 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from ..features import VisionFeatures
-from ..protocol import Message
 from ..tokenizer import Control, HFTokenizer, render_segments
+from ..wire.features import VisionFeatures
+from ..wire.protocol import Message
 from .model import SpecialTokens
 
 IntArray = npt.NDArray[np.int32]

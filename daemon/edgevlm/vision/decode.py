@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
 
-from ..errors import UnsupportedMedia
+from ..wire.errors import UnsupportedMedia
 
 _FORMAT_ALIASES = {"MPO": "JPEG"}  # Pillow names some JPEG variants differently
 _FORMAT_ORDER = ("JPEG", "PNG", "WEBP", "BMP", "GIF", "TIFF")  # how messages list formats

@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image
 
-from ..errors import UnsupportedMedia
+from ..wire.errors import UnsupportedMedia
 from .sizing import Family, smart_resize, video_smart_resize
 
 logger = logging.getLogger(__name__)

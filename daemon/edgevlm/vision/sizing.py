@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import UnsupportedMedia
+from ..wire.errors import UnsupportedMedia
 
 MAX_ASPECT_RATIO = 200
 VISION_MARKERS_PER_ITEM = 2  # <|vision_start|> and <|vision_end|>

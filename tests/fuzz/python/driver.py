@@ -22,13 +22,13 @@ def main(target: str) -> None:
     import atheris
 
     with atheris.instrument_imports(include=["edgevlm"]):
-        import edgevlm.admission
         import edgevlm.config
         import edgevlm.config_sources
-        import edgevlm.protocol
-        import edgevlm.sources
-        import edgevlm.strict_base64
-        import edgevlm.vision_tokens  # noqa: F401  (instrumented for coverage)
+        import edgevlm.pipeline.admission
+        import edgevlm.sources.cameras
+        import edgevlm.wire.protocol
+        import edgevlm.wire.strict_base64
+        import edgevlm.wire.vision_tokens  # noqa: F401  (instrumented for coverage)
     from tests.fuzz.python.targets import CHECKS, CORPUS
 
     argv = [*sys.argv]

@@ -23,15 +23,15 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
-from edgevlm.admission import RequestSide, admit
 from edgevlm.config import Config, ConfigError, load_config
-from edgevlm.errors import EdgevlmError, InvalidVisionTokens, PayloadTooLarge, wire_error
-from edgevlm.limits import MMLimits, RequestLimits
-from edgevlm.preflight import PreflightContext
-from edgevlm.protocol import VisionTokensPayload, error_answer_json
-from edgevlm.sources import CameraFrame, CameraSources, FrigateEvent
+from edgevlm.pipeline.admission import RequestSide, admit
+from edgevlm.pipeline.limits import MMLimits, RequestLimits
+from edgevlm.pipeline.preflight import PreflightContext
+from edgevlm.sources.cameras import CameraFrame, CameraSources, FrigateEvent
 from edgevlm.tokenizer import ByteCountTokenizer
 from edgevlm.vision.sizing import get_family
+from edgevlm.wire.errors import EdgevlmError, InvalidVisionTokens, PayloadTooLarge, wire_error
+from edgevlm.wire.protocol import VisionTokensPayload, error_answer_json
 
 TARGETS = ("request", "vision_tokens", "config", "frigate")
 CORPUS = Path(__file__).resolve().parents[2] / "reliability" / "corpus"
@@ -88,7 +88,7 @@ def check_vision_tokens(data: bytes) -> None:
     except ValidationError as exc:  # the request parser answers it (check_request fuzzes that)
         assert exc.errors(include_url=False)
         return
-    from edgevlm.vision_tokens import decode_vision_tokens
+    from edgevlm.wire.vision_tokens import decode_vision_tokens
 
     try:
         features = decode_vision_tokens(payload, HIDDEN_SIZE, DEEPSTACK_LAYERS,
@@ -175,7 +175,7 @@ def _frigate() -> tuple[CameraSources, list[CameraFrame], _ErrorLog]:
     for camera, label in (("front", "person"), ("yard", "dog")):
         sources.handle(f"frigate/{camera}/{label}/snapshot", JPEG)
     errors = _ErrorLog()
-    logging.getLogger("edgevlm.sources").addHandler(errors)
+    logging.getLogger("edgevlm.sources.cameras").addHandler(errors)
     return sources, frames, errors
 
 

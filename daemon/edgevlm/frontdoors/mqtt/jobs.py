@@ -17,8 +17,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..protocol import Request
-from ..sources import CameraFrame
+from ...sources.cameras import CameraFrame
+from ...wire.protocol import Request
 from .dedupe import RequestKey
 from .replies import Ack, Route
 

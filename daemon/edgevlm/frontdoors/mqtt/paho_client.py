@@ -19,7 +19,7 @@ from paho.mqtt.properties import Properties
 
 from . import fast_properties
 
-log = logging.getLogger("edgevlm.mqtt.client")
+log = logging.getLogger("edgevlm.frontdoors.mqtt.client")
 
 UNSPECIFIED_ERROR = 0x80           # the reason code of a PUBACK for a message we dropped
 
@@ -33,7 +33,7 @@ _PAHO_NO_CONNECTION = "Client is not connected"
 
 
 class PahoLog(logging.LoggerAdapter):  # type: ignore[type-arg]
-    """paho's log lines on ``edgevlm.mqtt.paho``, its MQTT_ERR_NO_CONN line at DEBUG.
+    """paho's log lines on ``edgevlm.frontdoors.mqtt.paho``, its MQTT_ERR_NO_CONN line at DEBUG.
 
     paho calls ``log(level, fmt, *args)`` (``enable_logger``); the level check comes first,
     so the DEBUG lines of every packet cost nothing unless DEBUG is on."""

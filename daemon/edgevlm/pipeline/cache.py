@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from .features import VisionFeatures
+from ..wire.features import VisionFeatures
 
 __all__ = ["CacheStats", "VisionCache", "cache_key"]
 

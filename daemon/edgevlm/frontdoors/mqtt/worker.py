@@ -6,7 +6,8 @@ chunks (``status: "partial"``, ``seq`` from 0) go out before the final answer. A
 becomes an error answer for that job and a log line; the thread never dies of one.
 
 An answer goes to its requester's route only: its ``cache[].key`` values are ``image_ref``
-capabilities for that requester (:mod:`edgevlm.image_refs`). Camera descriptions are announced
+capabilities for that requester (:mod:`edgevlm.pipeline.image_refs`). Camera descriptions are
+announced
 on ``bridge/last_answer`` and ``bridge/event`` (``on_answer``); request answers only with
 ``share_request_answers`` (``mqtt.share_request_answers``), since every client may read those.
 """
@@ -19,15 +20,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..engine import Engine, GenerationResult
-from ..errors import Busy, DeadlineExceeded, EdgevlmError, WireError, wire_error
-from ..image_refs import PROCESS_REFS, ImageRefs
-from ..metrics import Metrics
-from ..preflight import PreflightContext
-from ..prepare import prepare_media
-from ..protocol import AnswerData, CacheInfo, Response, StreamChunk, Usage
-from ..protocol import Metrics as AnswerMetrics
-from ..sources import CameraFrame
+from ...engine import Engine, GenerationResult
+from ...metrics import Metrics
+from ...pipeline.image_refs import PROCESS_REFS, ImageRefs
+from ...pipeline.preflight import PreflightContext
+from ...pipeline.prepare import prepare_media
+from ...sources.cameras import CameraFrame
+from ...wire.errors import Busy, DeadlineExceeded, EdgevlmError, WireError, wire_error
+from ...wire.protocol import AnswerData, CacheInfo, Response, StreamChunk, Usage
+from ...wire.protocol import Metrics as AnswerMetrics
 from .dedupe import DedupeMemory
 from .jobs import CameraJob, Job, JobQueue, RequestJob
 from .replies import Replier

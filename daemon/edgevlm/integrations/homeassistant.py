@@ -19,7 +19,7 @@ camera adds an ``image`` (last analysed frame), a ``sensor`` (last description: 
 255 characters, the whole payload in attributes), a ``switch`` (enable/disable), a ``text``
 (its prompt), a ``number`` (its ``max_tokens``) and an ``event`` on ``camera/<cam>/event``
 (``description_ready``/``_skipped``/``_failed``). Switch, text and number ask Home Assistant
-to publish their commands retained (:mod:`edgevlm.camera_options` keeps them across
+to publish their commands retained (:mod:`edgevlm.sources.camera_options` keeps them across
 restarts). Bridge entities are available while ``bridge/state`` is ``online``; image and
 description also need the camera's state ``ON`` (availability mode ``all``), the switch only
 the bridge, so a disabled camera can be switched back on. A camera removed from the config

@@ -8,7 +8,8 @@ For each media part of an admitted request, in prompt order:
 - ``video_frames``: the same, keyed over all frames, preprocessed as one clip.
 - ``vision_tokens``: decoded and validated against the model's hidden size and DeepStack depth.
 - ``image_ref``: the cache entry, or ``cache_miss``. In the daemon a reference is a capability
-  (:mod:`edgevlm.image_refs`): ``refs`` opens it for the requester, and one given to someone
+  (:mod:`edgevlm.pipeline.image_refs`): ``refs`` opens it for the requester, and one given to
+  someone
   else finds nothing.
 
 The encoder itself (and storing its output in the cache) belongs to the engine.
@@ -19,11 +20,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .cache import VisionCache, cache_key
-from .errors import CacheMiss, UnsupportedMedia
-from .features import VisionFeatures
-from .preflight import PreflightContext, pixel_bounds_for
-from .protocol import (
+from ..vision.decode import decode_for_resize, decode_image
+from ..vision.preprocess import (
+    PixelInput,
+    image_planes,
+    planes_to_pixels,
+    preprocess_video,
+)
+from ..vision.sizing import group_timestamps, resize_rule
+from ..wire.errors import CacheMiss, UnsupportedMedia
+from ..wire.features import VisionFeatures
+from ..wire.protocol import (
     ImagePart,
     ImageRefPart,
     ImageUrlPart,
@@ -32,15 +39,9 @@ from .protocol import (
     VisionTokensPart,
     media_bytes,
 )
-from .vision.decode import decode_for_resize, decode_image
-from .vision.preprocess import (
-    PixelInput,
-    image_planes,
-    planes_to_pixels,
-    preprocess_video,
-)
-from .vision.sizing import group_timestamps, resize_rule
-from .vision_tokens import decode_vision_tokens
+from ..wire.vision_tokens import decode_vision_tokens
+from .cache import VisionCache, cache_key
+from .preflight import PreflightContext, pixel_bounds_for
 
 
 @dataclass(frozen=True)

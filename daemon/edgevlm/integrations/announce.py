@@ -39,7 +39,7 @@ from zeroconf import (
     Zeroconf,
 )
 
-from .protocol import PROTOCOL_VERSION
+from ..wire.protocol import PROTOCOL_VERSION
 
 log = logging.getLogger(__name__)
 

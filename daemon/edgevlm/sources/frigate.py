@@ -35,11 +35,14 @@ waits until the window closes, at most ``wait_s``; then it is *skipped* with the
 outside the window or replayed). A skipped ``new``/``update`` event is left for its ``end``
 event when that type is configured too; otherwise the skip is final and reported.
 
-With ``frigate.url`` set (:mod:`edgevlm.frigate_api`), an event's image is fetched from Frigate
+With ``frigate.url`` set (:mod:`edgevlm.sources.frigate_api`), an event's image is fetched from
+Frigate
 instead (``GET /api/events/<id>/snapshot.jpg``); when that fails, the MQTT snapshot that the
 rule above accepts right away, else the event is skipped (``fetch_failed``).
 
-This class keeps the snapshots and the waiting events; :class:`edgevlm.sources.CameraSources`
+
+This class keeps the snapshots and the waiting events;
+:class:`edgevlm.sources.cameras.CameraSources`
 decides which events count and turns the outcome into work or a ``skipped`` record.
 """
 

@@ -23,10 +23,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from .. import __version__
-from ..config import Config
-from ..engine import Engine
-from ..metrics import Metrics
+from ... import __version__
+from ...config import Config
+from ...engine import Engine
+from ...metrics import Metrics
 from .replies import Replier
 from .topics import VERBS, Topics
 from .worker import Answered

@@ -1,6 +1,7 @@
 """MQTT 3.1.1 / 5.0 wire encoding for the embedded broker: fixed headers, strings, properties.
 
-Only what :mod:`edgevlm.mqtt.embedded_broker` needs. Properties are kept as an ordered list of
+Only what :mod:`edgevlm.frontdoors.mqtt.embedded_broker` needs. Properties are kept as an ordered
+list of
 ``(identifier, value)`` pairs, so repeated ones (user properties) survive a round trip.
 """
 

@@ -123,7 +123,7 @@ class VisionTokensPart(_Strict):
 
 class ImageRefPart(_Strict):
     """A reference returned by an earlier answer (``cache[].key``): 64 hex digits, usable by
-    the reply route it was sent to (:mod:`edgevlm.image_refs`); a bare 32-digit cache key
+    the reply route it was sent to (:mod:`edgevlm.pipeline.image_refs`); a bare 32-digit cache key
     parses, and finds nothing in the daemon."""
 
     type: Literal["image_ref"]

@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 import paho.mqtt.client as paho
 from paho.mqtt.properties import Properties
 
-from ..errors import PayloadTooLarge
-from ..protocol import Response, StreamChunk
+from ...wire.errors import PayloadTooLarge
+from ...wire.protocol import Response, StreamChunk
 from .client import Incoming, MqttLink, PacketTooLarge, wait_confirmed
 from .fast_properties import publish_properties
 
 if TYPE_CHECKING:
-    from ..metrics import Metrics
+    from ...metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +222,7 @@ class Replier:
              acks: Sequence[Ack] = (), on_confirmed: Callable[[], None] | None = None,
              on_delivered: Callable[[], None] | None = None) -> None:
         """:meth:`answer` with the answer already serialised (e.g. by
-        :func:`edgevlm.protocol.error_answer_json`)."""
+        :func:`edgevlm.wire.protocol.error_answer_json`)."""
         sent = _Sent(request_id, [], time.monotonic(), on_delivered)
         infos: list[paho.MQTTMessageInfo] = []
         for route in routes:

@@ -7,7 +7,8 @@ Two ways a frame reaches the model, both per configured camera (``cameras:`` in 
 - Frigate: ``<prefix>/<cam>/<label>/snapshot`` (raw JPEG, retained by Frigate) joined with
   ``<prefix>/events`` (``type`` new/update/end, ``after`` = the tracked object). An event of a
   configured type is described from the snapshot that arrived with its best frame, never an
-  older one (the rule: :mod:`edgevlm.frigate`); without one it is *skipped*. Every event gets
+  older one (the rule: :mod:`edgevlm.sources.frigate`); without one it is *skipped*. Every event
+  gets
   exactly one record on the description topic: its description, or ``status: skipped`` /
   ``failed`` with a ``reason`` (:meth:`CameraSources.record_messages`), whatever number of
   messages Frigate sends for it.
@@ -15,7 +16,7 @@ Two ways a frame reaches the model, both per configured camera (``cameras:`` in 
 Prompts take ``{camera}``, ``{label}`` and ``{sub_label}`` placeholders; a per-label prompt
 overrides the camera's prompt. Cameras are switched with ``ON``/``OFF`` on ``.../set`` and
 report it retained on ``.../state``; the prompt and ``max_tokens`` are set on
-``.../prompt/set`` and ``.../max_tokens/set`` (:mod:`edgevlm.camera_options`: validation and
+``.../prompt/set`` and ``.../max_tokens/set`` (:mod:`edgevlm.sources.camera_options`: validation and
 the rule that keeps them across restarts). The service turns each :class:`CameraFrame` into a
 describe request and publishes :meth:`CameraSources.result_messages` after the answer.
 This module keeps state (enabled flags, the events already decided) behind a lock:
@@ -36,6 +37,8 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from ..frontdoors.mqtt.topics import Topics, has_wildcards
+from ..wire.errors import WireError
 from .camera_options import (
     OptionStore,
     OverriddenCamera,
@@ -43,10 +46,8 @@ from .camera_options import (
     encode_option,
     parse_option,
 )
-from .errors import WireError
 from .event_journal import EventJournal, JournaledEvent
 from .frigate import FrigateEvent, FrigateJoin, FrigateObject, FrigateThumbnail, Skip
-from .mqtt.topics import Topics, has_wildcards
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +214,7 @@ class CameraSources:
                ) -> list[Message] | None:
         """None when ``topic`` is not a camera topic; else the messages to publish now.
         Frames to describe go to ``submit``. ``retained``: the broker replayed a retained
-        message on subscribing (see :mod:`edgevlm.camera_options`). Never raises."""
+        message on subscribing (see :mod:`edgevlm.sources.camera_options`). Never raises."""
         try:
             return self._route(topic, payload, retained)
         except Exception:

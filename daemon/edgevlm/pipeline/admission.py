@@ -1,18 +1,19 @@
 """Admission of one request payload: everything checked before any media is decoded.
 
 Order (cheapest first): payload size, JSON + schema, modality, item counts, frames, part sizes,
-then the token budget from image headers. Each refusal is an :class:`~edgevlm.errors.EdgevlmError`
-whose wire form comes from :func:`edgevlm.errors.wire_error`.
+then the token budget from image headers. Each refusal is an
+:class:`~edgevlm.wire.errors.EdgevlmError`
+whose wire form comes from :func:`edgevlm.wire.errors.wire_error`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import EdgevlmError, PayloadTooLarge
+from ..wire.errors import EdgevlmError, PayloadTooLarge
+from ..wire.protocol import Request, parse_request
 from .limits import RequestLimits, check_request_limits, count_items
 from .preflight import Budget, PreflightContext, preflight
-from .protocol import Request, parse_request
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from .config import FrigateConfig
+from ..config import FrigateConfig
 
 log = logging.getLogger(__name__)
 

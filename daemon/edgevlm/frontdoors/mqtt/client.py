@@ -42,7 +42,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from ..config import MQTTConfig
+from ...config import MQTTConfig
 from . import fast_properties
 from .connect_errors import ConnectDiagnosis, ConnectFailure
 from .paho_client import PahoClient, PahoLog
@@ -244,7 +244,7 @@ class MqttLink:
         client.on_subscribe = self._on_subscribe
         client.on_message = self._on_message
         client.on_publish = self._on_publish
-        client.enable_logger(PahoLog(logging.getLogger("edgevlm.mqtt.paho")))  # type: ignore[arg-type]
+        client.enable_logger(PahoLog(logging.getLogger("edgevlm.frontdoors.mqtt.paho")))  # type: ignore[arg-type]
         self.diagnosis.install(client)
         return client
 

@@ -3,7 +3,7 @@
 In order: the reply route (v5 Response Topic + Correlation Data, else
 ``<base>/<node>/response/<verb>``; a Response Topic outside ``mqtt.reply_prefix`` or on
 anything the daemon publishes or subscribes to is refused, answered on the default route),
-then :func:`edgevlm.admission.admit` (size, schema, per-modality limits, token budget from
+then :func:`edgevlm.pipeline.admission.admit` (size, schema, per-modality limits, token budget from
 image headers — no media is decoded here; an ``image_ref`` must have been given to this
 requester), dedupe by request id, payload and route (an id reused for other bytes is
 ``id_reused``), the deadline (v5 Message Expiry, ``deadline_ms``, else
@@ -22,8 +22,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..admission import RequestSide, admit
-from ..errors import (
+from ...metrics import Metrics
+from ...pipeline.admission import RequestSide, admit
+from ...pipeline.image_refs import PROCESS_REFS, ImageRefs
+from ...wire.errors import (
     Busy,
     CacheMiss,
     EdgevlmError,
@@ -32,9 +34,7 @@ from ..errors import (
     PayloadTooLarge,
     wire_error,
 )
-from ..image_refs import PROCESS_REFS, ImageRefs
-from ..metrics import Metrics
-from ..protocol import error_answer_json, request_id_of
+from ...wire.protocol import error_answer_json, request_id_of
 from .client import Incoming
 from .dedupe import DedupeMemory, RequestKey, digest
 from .jobs import JobQueue, RequestJob

@@ -3,15 +3,18 @@
 Image sizes come from the file headers (a lazy Pillow open of the first 64 KiB of the decoded
 bytes), run through the family's ``smart_resize`` with the effective pixel bounds; video adds
 its per-group timestamps and markers; ``vision_tokens`` cost their grid, once their structure
-and byte counts are checked (:func:`~edgevlm.vision_tokens.check_vision_tokens`, from the base64
+and byte counts are checked (:func:`~edgevlm.wire.vision_tokens.check_vision_tokens`, from the
+base64
 lengths: a malformed part is ``invalid_vision_tokens`` whatever the context); ``image_ref`` costs
 what its cache entry holds; text is counted by the model's tokenizer on the chat-template
 rendering. ``prompt_tokens + max_tokens > context`` is ``context_length_exceeded`` with every
 number in the message.
 
 Admission runs on the MQTT network thread, so the text is bounded by its length before it is
-tokenized (issue 20, finding 2; :mod:`edgevlm.tokenizer` has the bounds): ``limits.max_text_bytes``
-was checked already (:func:`~edgevlm.limits.check_request_limits`); a text whose *lower* bound
+tokenized (issue 20, finding 2; :mod:`edgevlm.tokenizer` has the bounds):
+``limits.max_text_bytes``
+was checked already (:func:`~edgevlm.pipeline.limits.check_request_limits`); a text whose *lower*
+bound
 (bytes / the longest token's bytes) cannot fit is refused here without tokenizing; a text of at
 most :data:`ADMISSION_TOKENIZE_BYTES` is tokenized exactly (a few ms); a longer one is admitted
 on its *upper* bound (one token per byte) and the worker counts it exactly before the vision
@@ -25,10 +28,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from . import strict_base64
-from .errors import CacheMiss, ContextLengthExceeded, UnsupportedMedia, UnsupportedModality
-from .limits import MMLimits, message_text_bytes
-from .protocol import (
+from ..tokenizer import Control, TextTokenizer, count_chat, render_segments, utf8_bounds
+from ..vision.decode import ImageHeader, MediaPolicy, probe_image
+from ..vision.sizing import Family, image_tokens, pixel_bounds, video_tokens
+from ..wire import strict_base64
+from ..wire.errors import CacheMiss, ContextLengthExceeded, UnsupportedMedia, UnsupportedModality
+from ..wire.protocol import (
     ImagePart,
     ImageRefPart,
     ImageUrlPart,
@@ -38,10 +43,8 @@ from .protocol import (
     VisionTokensPart,
     media_base64_span,
 )
-from .tokenizer import Control, TextTokenizer, count_chat, render_segments, utf8_bounds
-from .vision.decode import ImageHeader, MediaPolicy, probe_image
-from .vision.sizing import Family, image_tokens, pixel_bounds, video_tokens
-from .vision_tokens import check_vision_tokens, checked_grid
+from ..wire.vision_tokens import check_vision_tokens, checked_grid
+from .limits import MMLimits, message_text_bytes
 
 # Headers are probed from a prefix of the base64: 4 KiB first (a plain JPEG/PNG/WebP header),
 # then 64 KiB (big EXIF blocks with thumbnails), then the whole file.

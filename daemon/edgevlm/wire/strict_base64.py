@@ -88,7 +88,7 @@ def _check_length(text: str | bytes) -> None:
 def _native() -> ModuleType | None:
     """The native decoder, or None when the core is not built (then binascii decodes)."""
     try:
-        from .engine import base64_native
+        from ..engine import base64_native
     except ImportError:
         return None
     return base64_native

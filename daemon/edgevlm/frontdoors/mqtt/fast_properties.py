@@ -23,7 +23,8 @@ them too).
 
 :func:`decode_publish_properties` reads a PUBLISH's properties by the spec alone, without
 paho's tables, into whichever class :func:`new_properties` gives; the MQTT link uses it when
-paho's own decoder refused a PUBLISH (see ``edgevlm.mqtt.client``), so a U+FEFF is read the
+paho's own decoder refused a PUBLISH (see ``edgevlm.frontdoors.mqtt.client``), so a U+FEFF is read
+the
 same with paho's ``Properties`` in use.
 
 :func:`install` makes paho's packet decoder build ``FastProperties`` (one name in paho's

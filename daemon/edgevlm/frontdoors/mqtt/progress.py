@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from paho.mqtt.properties import Properties
 
-from ..protocol import Progress
+from ...wire.protocol import Progress
 from .jobs import RequestJob
 
 log = logging.getLogger(__name__)

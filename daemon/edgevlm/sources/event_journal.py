@@ -6,7 +6,7 @@ Frigate publishes ``frigate/events`` at its ``mqtt.qos``, 0 by default
 event the daemon held in memory when it was killed. With ``cache.dir`` set, each accepted event
 is journaled (``frigate-events.jsonl``: one small JSON line ``{"op": "add", ...}``) and
 crossed off (``{"op": "done", "id": ...}``) once its record is published; at start-up every
-event still open gets its record (:meth:`edgevlm.sources.CameraSources.recover`).
+event still open gets its record (:meth:`edgevlm.sources.cameras.CameraSources.recover`).
 
 Lines are written by a thread of their own, in order, a batch per ``fsync``: the network
 thread only queues them. The file is bounded: past :data:`MAX_BYTES` it is rewritten with the

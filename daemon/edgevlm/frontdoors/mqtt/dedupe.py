@@ -41,7 +41,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
-from ..protocol import Response
+from ...wire.protocol import Response
 from .replies import Ack, Route
 
 ROUTES_PER_KEY = 4      # reply routes remembered per request key

@@ -19,7 +19,7 @@ The messages' text is limited by its length (``max_text_bytes``, UTF-8 bytes ove
 parts) before anything tokenizes it: tokenizing runs at 0.4–2.4 MB/s and, in a request of
 megabytes, would hold the network thread for seconds (issue 20, finding 2).
 
-The token budget preflight lives in :mod:`edgevlm.preflight`.
+The token budget preflight lives in :mod:`edgevlm.pipeline.preflight`.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from . import strict_base64
-from .errors import MMLimitExceeded, PayloadTooLarge, UnsupportedModality
-from .protocol import (
+from ..wire import strict_base64
+from ..wire.errors import MMLimitExceeded, PayloadTooLarge, UnsupportedModality
+from ..wire.protocol import (
     AudioPart,
     ImagePart,
     ImageRefPart,

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..errors import WireError
+from ...wire.errors import WireError
 
 
 class RefusalLog:

@@ -1,0 +1,1 @@
+"""Front doors: each decodes its transport and hands requests to the pipeline. ``mqtt`` today."""

@@ -1,0 +1,1 @@
+"""What announces the daemon to the home: Home Assistant discovery and zeroconf."""
