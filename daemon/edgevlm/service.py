@@ -51,14 +51,14 @@ from .liveness import Liveness, LivenessPolicy
 from .memory import reuse_image_buffers
 from .metrics import Metrics
 from .models import demo_model_dir
-from .pipeline.admission import RequestSide
+from .pipeline.admission import RequestSide, admit_request
 from .pipeline.cache import VisionCache
 from .sources.camera_options import OptionStore, camera_event
 from .sources.cameras import CameraFrame, CameraSources
 from .sources.event_journal import EventJournal
 from .sources.frigate_api import FetchThread, FrigateAPI
-from .wire.errors import Busy, WireError
-from .wire.protocol import parse_request
+from .verbs import describe
+from .wire.errors import Busy, EdgevlmError, WireError, wire_error
 
 log = logging.getLogger(__name__)
 
@@ -528,13 +528,16 @@ class Service:
         """A frame from a camera source (network thread): queue it. Plain frames: latest
         wins. Frigate events: each on its own, at most ``EVENT_QUEUE_PER_CAMERA`` per camera,
         each with a deadline; a dropped one gets its ``skipped`` record."""
-        import base64
-
         from .sources.frigate import EVENT_DEADLINE_S, EVENT_QUEUE_PER_CAMERA
 
-        request = parse_request({"messages": [{"role": "user", "content": [
-            {"type": "image", "image": {"b64": base64.b64encode(frame.image).decode()}},
-            {"type": "text", "text": frame.prompt}]}], "max_tokens": frame.max_tokens})
+        request = describe.frame_request(frame.image, frame.prompt, frame.max_tokens)
+        try:  # the admission every request passes: sizes, pixels, the token budget
+            admit_request(request, len(frame.image) + len(frame.prompt.encode()),
+                          self.requests.side)
+        except EdgevlmError as exc:
+            log.warning("camera %s: frame refused: %s", frame.camera, exc.message)
+            self._on_camera(frame, None, wire_error(exc), {})
+            return
         now = time.monotonic()
         if frame.event_id is not None:
             job = CameraJob(frame, request, now, deadline=now + EVENT_DEADLINE_S)

@@ -118,3 +118,44 @@ def test_latest_frame_wins_when_the_board_is_busy(
     assert described[-1] == frames[-1]
     assert len(described) < len(frames)
     assert all(image in (frames[0], frames[-1]) for image in described)
+
+
+def test_a_camera_frame_over_the_size_limit_is_refused_at_admission(
+        make_config: Callable[..., Config], start_service: Callable[[Config], Service],
+        mqtt_client: Callable[..., MqttTestClient], engine_calls: list[str | None],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 23: camera frames enter the admission every request passes (as raw bytes, no
+    base64 round trip): one over limits.max_part_bytes never reaches the engine."""
+    service = start_service(make_config(**{"cameras.door.max_tokens": 4,
+                                           "limits.max_part_bytes": 20_000}))
+    client = mqtt_client()
+    client.sub(f"{ROOT}/door/description", f"{ROOT}/door/snapshot")
+    big = image_bytes(640, 480, "PNG", seed=3)
+    assert len(big) > 20_000
+    with caplog.at_level("WARNING", logger="edgevlm.service"):
+        client.pub(f"{ROOT}/door/image", big)
+        small = frame(4)
+        client.pub(f"{ROOT}/door/image", small)
+        client.inbox.wait(f"{ROOT}/door/snapshot")
+    assert [m.payload for m in client.inbox.on(f"{ROOT}/door/snapshot")] == [small]
+    assert len(engine_calls) == 1, "the big frame never reached the engine"
+    refused = [r.getMessage() for r in caplog.records if "frame refused" in r.getMessage()]
+    assert len(refused) == 1 and "limits.max_part_bytes" in refused[0], refused
+    assert service.metrics.snapshot()["requests"]["received"] == 1
+
+
+def test_a_frame_request_is_admitted_from_its_bytes(demo_engine: Any) -> None:
+    """The typed errors of admission for a frame built in the daemon."""
+    from edgevlm.pipeline.admission import RequestSide, admit_request
+    from edgevlm.pipeline.limits import RequestLimits
+    from edgevlm.verbs.describe import frame_request
+    from edgevlm.wire.errors import PayloadTooLarge
+
+    side = RequestSide(RequestLimits(max_part_bytes=1000), demo_engine.preflight_context())
+    image = image_bytes(96, 64, "JPEG", seed=5)
+    with pytest.raises(PayloadTooLarge, match=r"limits\.max_part_bytes"):
+        admit_request(frame_request(image * 2, "x", 4), 2 * len(image) + 1, side)
+    ok = admit_request(frame_request(image, "What is here?", 4), len(image) + 13,
+                       RequestSide(RequestLimits(), demo_engine.preflight_context()))
+    assert ok.counts["image"] == 1 and ok.budget.vision_tokens > 0
+

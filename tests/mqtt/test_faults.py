@@ -251,10 +251,12 @@ def test_sigterm_finishes_the_running_request_and_refuses_queued_ones(
 
 def test_exceptions_in_admission_and_engine_become_internal_answers(
         make_service, mqtt_client, monkeypatch, demo_engine):
-    import edgevlm.frontdoors.mqtt.requests as requests_module
+    import dataclasses
+
+    from edgevlm import verbs
 
     service = make_service()
-    real_admit = requests_module.admit
+    real_admit = verbs.REGISTRY["describe"].admit
     original = demo_engine.generate_prepared
 
     def admit(payload: bytes, side: Any) -> Any:
@@ -267,7 +269,8 @@ def test_exceptions_in_admission_and_engine_become_internal_answers(
             raise RuntimeError("a bug in the engine")
         return original(request, *args, **kwargs)
 
-    monkeypatch.setattr(requests_module, "admit", admit)
+    monkeypatch.setitem(verbs.REGISTRY, "describe",
+                        dataclasses.replace(verbs.REGISTRY["describe"], admit=admit))
     monkeypatch.setattr(demo_engine, "generate_prepared", generate)
     client = mqtt_client()
     client.sub(REPLY)

@@ -37,9 +37,14 @@ def admit(payload: bytes, side: RequestSide) -> Admitted:
         raise PayloadTooLarge(f"request is {len(payload)} bytes, the limit is "
                               f"{side.limits.max_payload_bytes} (limits.max_payload_bytes); "
                               "send smaller images or fewer of them")
-    request = parse_request(payload)
+    return admit_request(parse_request(payload), len(payload), side)
+
+
+def admit_request(request: Request, payload_bytes: int, side: RequestSide) -> Admitted:
+    """The checks after parsing, for a request built in the daemon (a camera frame, its
+    ``payload_bytes`` the image's and the prompt's) as for one from the wire."""
     try:
-        check_request_limits(request, len(payload), side.limits)
+        check_request_limits(request, payload_bytes, side.limits)
         budget = preflight(request, side.preflight)
     except EdgevlmError as exc:
         exc.request_id = request.id

@@ -37,6 +37,7 @@ from ..wire.protocol import (
     ImagePart,
     ImageRefPart,
     ImageUrlPart,
+    InlineBytes,
     Request,
     TextPart,
     VideoFramesPart,
@@ -243,11 +244,15 @@ def check_request_limits(request: Request, payload_bytes: int, limits: RequestLi
 
 
 def _check_part_bytes(path: str, source: Any, max_part_bytes: int) -> None:
-    try:
-        _, text = media_base64(source)
-    except Exception:  # malformed URLs are reported when the part is decoded
-        return
-    size = strict_base64.decoded_length(text)
+    raw = source.raw if isinstance(source, InlineBytes) else None
+    if raw is not None:
+        size = len(raw)
+    else:
+        try:
+            _, text = media_base64(source)
+        except Exception:  # malformed URLs are reported when the part is decoded
+            return
+        size = strict_base64.decoded_length(text)
     if size > max_part_bytes:
         raise PayloadTooLarge(f"{path}: media is {size} bytes, the limit is {max_part_bytes} "
                               "(limits.max_part_bytes); send a smaller or more compressed image")

@@ -118,7 +118,10 @@ def header_of(source: str | InlineBytes | Any, policy: MediaPolicy, path: str) -
 
     The policy's format and pixel limits are checked here; errors name the part's path.
     """
+    raw = source.raw if isinstance(source, InlineBytes) else None
     try:
+        if raw is not None:  # bytes in hand (a camera frame): the header is at their start
+            return probe_image(raw, policy)
         _, text, start = media_base64_span(source)
         for chars in HEADER_PREFIXES:
             if len(text) - start <= chars:

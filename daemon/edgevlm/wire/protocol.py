@@ -21,6 +21,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    PrivateAttr,
     Tag,
     ValidationError,
     field_validator,
@@ -46,10 +47,23 @@ class _Strict(BaseModel):
 
 
 class InlineBytes(_Strict):
-    """Media bytes as base64 with an optional MIME type."""
+    """Media bytes as base64 with an optional MIME type. In the daemon the bytes may also be
+    held raw (:meth:`of_bytes`: a camera frame), never base64-encoded just to be decoded."""
 
     b64: str
     mime: str | None = None
+    _raw: bytes | None = PrivateAttr(default=None)
+
+    @classmethod
+    def of_bytes(cls, data: bytes, mime: str | None = None) -> InlineBytes:
+        """Raw bytes already in hand (not from the wire; ``b64`` stays empty)."""
+        inline = cls(b64="", mime=mime)
+        inline._raw = data
+        return inline
+
+    @property
+    def raw(self) -> bytes | None:
+        return self._raw
 
 
 MediaSource = Annotated[str | InlineBytes, Field(description="a data: URL or {b64, mime}")]
@@ -459,6 +473,8 @@ def media_base64(source: str | InlineBytes | ImageUrl) -> tuple[str | None, str]
 
 def media_bytes(source: str | InlineBytes | ImageUrl) -> bytes:
     """The raw bytes of a media source (strict base64)."""
+    if isinstance(source, InlineBytes) and source.raw is not None:
+        return source.raw
     _, text = media_base64(source)
     try:
         return strict_base64.decode(text)

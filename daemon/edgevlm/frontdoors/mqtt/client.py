@@ -186,8 +186,10 @@ class MqttLink:
                  on_ready: Callable[[bool], None],
                  on_connection: Callable[[bool], None] | None = None,
                  exit_process: Callable[[int], Any] = os._exit,
-                 on_failure: Callable[[ConnectFailure], None] | None = None) -> None:
+                 on_failure: Callable[[ConnectFailure], None] | None = None,
+                 role: str | None = None) -> None:
         self.settings = settings
+        self.role = role  # None: the node's connection; else what this one is for ("pool")
         self._on_message_cb = on_message
         self._on_ready_cb = on_ready
         self._on_connection_cb = on_connection
@@ -383,8 +385,11 @@ class MqttLink:
         self._ready = False
         self.connects += 1
         self._session_present = bool(getattr(flags, "session_present", False))
-        log.info("connected to the broker (session present: %s, max packet %d bytes)",
-                 self._session_present, self.max_packet_size)
+        if self.role is None:
+            log.info("connected to the broker (session present: %s, max packet %d bytes)",
+                     self._session_present, self.max_packet_size)
+        else:
+            log.info("the %s connection is up", self.role)
         if self._on_connection_cb is not None:
             self._on_connection_cb(True)
         with self._lock:
@@ -428,7 +433,10 @@ class MqttLink:
         self._connected = False
         self._ready = False
         if was and not self._stopping.is_set():  # a failed attempt: the diagnosis said why
-            log.warning("disconnected from the broker (%s); reconnecting", reason)
+            if self.role is None:
+                log.warning("disconnected from the broker (%s); reconnecting", reason)
+            else:
+                log.warning("the %s connection was lost (%s)", self.role, reason)
         if was and self._on_connection_cb is not None:
             self._on_connection_cb(False)
 

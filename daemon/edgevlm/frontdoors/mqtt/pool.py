@@ -159,7 +159,7 @@ class PoolMember:
     def _join(self) -> None:
         link = MqttLink(self.settings, on_message=self._on_message, on_ready=self._on_ready,
                         on_connection=self._on_connection,
-                        exit_process=self._exit_process or os._exit)
+                        exit_process=self._exit_process or os._exit, role="pool")
         link.set_subscriptions([self.topics.pool_subscription(self.group, verb)
                                 for verb in VERBS])
         self._link = link

@@ -23,8 +23,9 @@ import time
 from collections.abc import Callable
 
 from ...metrics import Metrics
-from ...pipeline.admission import RequestSide, admit
+from ...pipeline.admission import RequestSide
 from ...pipeline.image_refs import PROCESS_REFS, ImageRefs
+from ...verbs import get_verb
 from ...wire.errors import (
     Busy,
     CacheMiss,
@@ -154,7 +155,7 @@ class RequestHandler:
         requester = self.replies.requester(route.topic)
         self._requester = requester
         try:
-            admitted = admit(msg.payload, self.side)
+            admitted = get_verb(rt.verb).admit(msg.payload, self.side)
         except EdgevlmError as exc:  # the id comes with it: the payload is parsed once
             rid = exc.request_id
             if rid is None and isinstance(exc, PayloadTooLarge):

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 
 import paho.mqtt.client as paho
 
-VERBS: tuple[str, ...] = ("describe",)
+from ...verbs import VERB_NAMES
+
+VERBS: tuple[str, ...] = VERB_NAMES  # edgevlm.verbs: one topic per verb
 HA_STATUS_SUFFIX = "status"
 
 

@@ -26,9 +26,9 @@ from ...pipeline.image_refs import PROCESS_REFS, ImageRefs
 from ...pipeline.preflight import PreflightContext
 from ...pipeline.prepare import prepare_media
 from ...sources.cameras import CameraFrame
+from ...verbs import describe, get_verb
 from ...wire.errors import Busy, DeadlineExceeded, EdgevlmError, WireError, wire_error
-from ...wire.protocol import AnswerData, CacheInfo, Response, StreamChunk, Usage
-from ...wire.protocol import Metrics as AnswerMetrics
+from ...wire.protocol import AnswerData, Response, StreamChunk
 from .dedupe import DedupeMemory
 from .jobs import CameraJob, Job, JobQueue, RequestJob
 from .replies import Replier
@@ -48,24 +48,6 @@ class Answered:
     text: str
     finish_reason: str
     model: str
-
-
-def answer_data(result: GenerationResult, model: str, queue_ms: float,
-                ref: Callable[[str], str] | None = None) -> AnswerData:
-    """The ``data`` of an ok answer; ``ref`` turns each cache key into the ``image_ref``
-    the requester gets back (None: the keys as they are)."""
-    m = result.metrics
-    return AnswerData(
-        text=result.text, finish_reason=result.finish_reason,
-        usage=Usage(prompt_tokens=result.prompt_tokens, vision_tokens=result.vision_tokens,
-                    completion_tokens=len(result.tokens)),
-        metrics=AnswerMetrics(queue_ms=round(queue_ms, 3),
-                              **{k: round(float(m.get(k, 0.0)), 3) for k in (
-                                  "media_ms", "encode_ms", "prefill_ms", "ttft_ms", "tpot_ms",
-                                  "total_ms")}),
-        cache=[CacheInfo(hit=hit, key=ref(key) if ref is not None else key)
-               for hit, key in result.cache],
-        model=model, deepstack=result.deepstack)
 
 
 class Worker:
@@ -201,8 +183,8 @@ class Worker:
         except Exception as exc:
             self.fail(job, exc)
             return
-        data = answer_data(result, self.engine.name, queue_ms,
-                           lambda key: self.refs.issue(key, job.requester))
+        data = get_verb(job.verb).answer(result, self.engine.name, queue_ms,
+                                         lambda key: self.refs.issue(key, job.requester))
 
         def answered() -> None:
             log.info("answered %s in %.0f ms (%d tokens, queue %.0f ms)", rid,
@@ -262,7 +244,7 @@ class Worker:
         metrics: dict[str, float] = {"queue_ms": queue_ms}
         try:
             result = self._generate(job, None)
-            data = answer_data(result, self.engine.name, queue_ms)
+            data = describe.answer(result, self.engine.name, queue_ms)
             text, finish = data.text, data.finish_reason
             metrics = data.metrics.model_dump()
             self.metrics.finished(None, data.metrics, data.usage.completion_tokens)
