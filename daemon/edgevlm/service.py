@@ -20,13 +20,13 @@ import random
 import signal
 import socket
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from . import __version__
+from .camera_flow import CameraFlow
 from .config import Config
 from .engine import Engine
 from .frontdoors.mqtt.bridge import Bridge, info_payload
@@ -39,7 +39,7 @@ from .frontdoors.mqtt.client import (
 )
 from .frontdoors.mqtt.connect_errors import EX_CONFIG, ConnectFailure
 from .frontdoors.mqtt.dedupe import DedupeMemory
-from .frontdoors.mqtt.jobs import CameraJob, Job, JobQueue, RequestJob
+from .frontdoors.mqtt.jobs import Job, JobQueue, RequestJob
 from .frontdoors.mqtt.pool import PoolMember, pool_settings, pool_state
 from .frontdoors.mqtt.probe import AclProbe, probe_targets
 from .frontdoors.mqtt.progress import ProgressBeacon
@@ -51,14 +51,10 @@ from .liveness import Liveness, LivenessPolicy
 from .memory import reuse_image_buffers
 from .metrics import Metrics
 from .models import demo_model_dir
-from .pipeline.admission import RequestSide, admit_request
+from .pipeline.admission import RequestSide
 from .pipeline.cache import VisionCache
-from .sources.camera_options import OptionStore, camera_event
-from .sources.cameras import CameraFrame, CameraSources
-from .sources.event_journal import EventJournal
-from .sources.frigate_api import FetchThread, FrigateAPI
-from .verbs import describe
-from .wire.errors import Busy, EdgevlmError, WireError, wire_error
+from .sources.camera_options import OptionStore
+from .wire.errors import Busy
 
 log = logging.getLogger(__name__)
 
@@ -94,16 +90,6 @@ def load_engine(config: Config) -> Engine:
     engine.cache = VisionCache(config.cache.max_bytes, directory, engine.facts.fingerprint)
     log.info("loaded %s in %.0f ms", engine.name, engine.load_ms)
     return engine
-
-
-def frigate_api(config: Config) -> tuple[FrigateAPI | None, FetchThread | None]:
-    """Frigate's HTTP API and the thread its calls run on, when ``frigate.url`` is set."""
-    frigate = config.frigate
-    if frigate.url is None:
-        return None, None
-    log.info("frigate events: images from %s (%s)%s", frigate.url, frigate.fetch,
-             ", descriptions written back" if frigate.write_description else "")
-    return FrigateAPI.from_config(frigate, config.limits.max_part_bytes), FetchThread()
 
 
 class StartupFailure(Exception):
@@ -157,7 +143,8 @@ class Service:
                              mqtt.health_interval_s)
         self.worker = Worker(self.engine, context, self.queue, self.replier, self.dedupe,
                              self.metrics, on_answer=self.bridge.publish_answer,
-                             on_camera=self._on_described, on_busy=self.bridge.publish_busy,
+                             on_camera=lambda *result: self.cameras.described(*result),
+                             on_busy=self.bridge.publish_busy,
                              share_request_answers=mqtt.share_request_answers,
                              test_delay_s=float(os.environ.get(TEST_DELAY_ENV, "0")) / 1e3)
         # Whether the daemon can serve (edgevlm.liveness): bridge/state, bridge/health and the
@@ -184,17 +171,11 @@ class Service:
         self.bridge.health_extra = self._health_extra
         self._state_lock = threading.Lock()  # bridge/state: the last one published is current
         self.camera_options = OptionStore(config.cache.dir)  # edgevlm.sources.camera_options
-        self.frigate_api, self.frigate_calls = frigate_api(config)
-        self.journal = EventJournal(config.cache.dir)  # edgevlm.sources.event_journal
-        self.sources = CameraSources(config.cameras, mqtt.base_topic, self.node_id,
-                                     self._submit_frame, options=self.camera_options,
-                                     publish=self._publish_messages,
-                                     fetch_image=self.frigate_api.event_image
-                                     if self.frigate_api else None,
-                                     run_fetch=self.frigate_calls.submit
-                                     if self.frigate_calls else None,
-                                     journal=self.journal)
-        self.queue.on_drop = self._on_dropped_frame
+        self.cameras = CameraFlow(config, self.node_id, self.queue, self.metrics,
+                                  side=lambda: self.requests.side,
+                                  publish=self._publish_camera, model_name=self.engine.name,
+                                  options=self.camera_options)
+        self.sources = self.cameras.sources
         self.ha_status = homeassistant_status(config.homeassistant.prefix)
         filters = self.topics.request_subscriptions(None)
         if mqtt.shared_group:  # an earlier version's persistent session may hold it
@@ -281,9 +262,7 @@ class Service:
                 self.progress.stop()
                 self._publish_offline()
                 self.link.stop()
-            if self.frigate_calls is not None:
-                self.frigate_calls.stop()
-            self.journal.stop()
+            self.cameras.stop()
             if self._announcer is not None:
                 self._announcer.stop()
             self._online.clear()
@@ -516,83 +495,14 @@ class Service:
             self.replier.publish(topic, payload, retain=retain)
         self.replier.ack_now(ack)
 
+    def _publish_camera(self, topic: str, payload: bytes, retain: bool) -> None:
+        self.replier.publish(topic, payload, retain=retain)
+
     def _safe_discovery(self) -> None:
         try:
             self._publish_discovery()
         except Exception:
             log.exception("re-publishing discovery failed")
-
-    # ------------------------------------------------------------------ cameras
-
-    def _submit_frame(self, frame: CameraFrame) -> None:
-        """A frame from a camera source (network thread): queue it. Plain frames: latest
-        wins. Frigate events: each on its own, at most ``EVENT_QUEUE_PER_CAMERA`` per camera,
-        each with a deadline; a dropped one gets its ``skipped`` record."""
-        from .sources.frigate import EVENT_DEADLINE_S, EVENT_QUEUE_PER_CAMERA
-
-        request = describe.frame_request(frame.image, frame.prompt, frame.max_tokens)
-        try:  # the admission every request passes: sizes, pixels, the token budget
-            admit_request(request, len(frame.image) + len(frame.prompt.encode()),
-                          self.requests.side)
-        except EdgevlmError as exc:
-            log.warning("camera %s: frame refused: %s", frame.camera, exc.message)
-            self._on_camera(frame, None, wire_error(exc), {})
-            return
-        now = time.monotonic()
-        if frame.event_id is not None:
-            job = CameraJob(frame, request, now, deadline=now + EVENT_DEADLINE_S)
-            if not self.queue.put_event(f"camera:{frame.camera}", EVENT_QUEUE_PER_CAMERA, job):
-                self._on_dropped_frame(job, "queue_full")
-            self.metrics.set_queue_depth(len(self.queue))
-            return
-        job = CameraJob(frame, request, now)
-        accepted, replaced = self.queue.put_latest(f"camera:{frame.camera}", job)
-        if replaced is not None:
-            log.info("camera %s: a newer frame replaced the one still waiting", frame.camera)
-        elif not accepted:
-            log.info("camera %s: queue full, frame dropped", frame.camera)
-        self.metrics.set_queue_depth(len(self.queue))
-
-    def _on_dropped_frame(self, job: CameraJob, reason: str) -> None:
-        """A queued Frigate event that will not run: its ``skipped`` record."""
-        from .sources.frigate import EVENT_DEADLINE_S, EVENT_QUEUE_PER_CAMERA
-
-        detail = {"queue_full": f"more than {EVENT_QUEUE_PER_CAMERA} events of this camera "
-                                "waited for the model; the oldest is skipped",
-                  "deadline": f"not started within {EVENT_DEADLINE_S:g} s of its arrival",
-                  "stopping": "the daemon stopped before describing it"}.get(reason, reason)
-        log.info("camera %s: frigate event %s skipped (%s)", job.frame.camera,
-                 job.frame.event_id, reason)
-        self._publish_messages(self.sources.frame_record(job.frame, reason, detail))
-        self.journal.done(job.frame.event_id)
-
-    def _publish_messages(self, messages: list[tuple[str, bytes, bool]]) -> None:
-        for topic, payload, retain in messages:
-            self.replier.publish(topic, payload, retain=retain)
-
-    def _on_described(self, frame: CameraFrame, text: str | None, error: WireError | None,
-                      metrics: dict[str, float]) -> None:
-        """Worker: publish the result; with ``frigate.write_description``, hand the
-        description of a Frigate event to the Frigate API thread (POSTed back there)."""
-        self._on_camera(frame, text, error, metrics)
-        api, calls = self.frigate_api, self.frigate_calls
-        if (api is not None and calls is not None and api.write_description
-                and frame.event_id is not None and error is None and text is not None):
-            event_id, described = frame.event_id, text
-            if not calls.submit(lambda: api.set_description(event_id, described)):
-                log.warning("frigate event %s: description not written back (the Frigate "
-                            "API queue is full)", event_id)
-
-    def _on_camera(self, frame: CameraFrame, text: str | None, error: WireError | None,
-                   metrics: dict[str, float]) -> None:
-        for topic, payload, retain in self.sources.result_messages(
-                frame, text, error, self.engine.name, metrics):
-            self.replier.publish(topic, payload, retain=retain)
-        if error is None and text is not None:  # the camera's HA event entity
-            self.replier.publish(*camera_event(
-                self.sources.option_topic(frame.camera, "event"), "description_ready",
-                frame.camera, frame.label, frame.event_id, text), retain=False)
-        self.journal.done(frame.event_id)
 
 
 def _is_pooled(job: Job) -> bool:

@@ -196,8 +196,8 @@ def test_an_end_event_is_described_from_frigates_snapshot_and_written_back(
     assert path == "/api/events/1718000000.1-abc/description"
     assert json.loads(posted) == {"description": body["text"]}
     assert frigate.descriptions["1718000000.1-abc"] == body["text"]
-    assert service.frigate_api is not None
-    api = service.frigate_api  # the count follows Frigate's answer to the POST, read after it
+    assert service.cameras.frigate_api is not None
+    api = service.cameras.frigate_api  # the count follows Frigate's answer to the POST
     wait_until(lambda: api.counts() == {"fetched": 1, "fetch_failed": 0, "written": 1,
                                         "write_failed": 0}, what="the write-back counted")
 
@@ -223,7 +223,8 @@ def test_an_unknown_event_falls_back_to_its_mqtt_snapshot_or_is_skipped(
                                  where=lambda b: b.get("id") == "mqtt-only")
     assert kept["type"] == "description" and kept["text"]
     assert not frigate.seen("POST")
-    assert service.frigate_api is not None and service.frigate_api.counts()["fetch_failed"] == 2
+    api = service.cameras.frigate_api
+    assert api is not None and api.counts()["fetch_failed"] == 2
 
 
 def test_a_slow_or_huge_answer_is_cut_off() -> None:
