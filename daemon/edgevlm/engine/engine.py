@@ -34,13 +34,14 @@ from ..wire.protocol import Request, parse_request
 from .model import (
     ModelFiles,
     NativeModel,
+    architecture,
     find_model_files,
     fingerprint,
     load_tokenizer,
     model_family,
     special_tokens,
 )
-from .prompt import PromptMedia, assemble_prompt
+from .prompt import PromptMedia
 from .session import NativeSession
 from .stopping import StopChecker
 
@@ -139,6 +140,7 @@ class Engine:
         threading.Thread(target=_prefault_files, args=(self.model,), name="edgevlm-prefault",
                          daemon=True).start()
         self.tokenizer = load_tokenizer(self.model)
+        self.architecture = architecture(self.model)  # engine.families: by the GGUF file
         self.special = special_tokens(self.model, self.tokenizer)
         self.family = model_family(self.model)
         if family is not None and family != self.family.name:
@@ -269,8 +271,8 @@ class Engine:
         return media, encode_ms
 
     def prompt_for(self, request: Request, media: Sequence[PromptMedia]) -> Any:
-        return assemble_prompt(request.messages, media, self.tokenizer, self.special,
-                               self.session.n_deepstack)
+        return self.architecture.assemble_prompt(request.messages, media, self.tokenizer,
+                                                 self.special, self.session.n_deepstack)
 
     def stop_checker(self, stop: Sequence[str]) -> StopChecker:
         return StopChecker(self.tokenizer, self.special.eos, stop)

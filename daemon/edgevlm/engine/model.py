@@ -14,6 +14,7 @@ from typing import Any
 
 from ..tokenizer import HFTokenizer
 from ..vision.sizing import Family, get_family
+from .families import ModelFamily, family_for
 from .native import c_string, ffi, lib, load_error
 
 _new_uncleared = ffi.new_allocator(should_clear_after_alloc=False)
@@ -164,7 +165,14 @@ def load_tokenizer(model: NativeModel) -> HFTokenizer:
                        name=f"{model.files.text.name} (ggml vocab)")
 
 
+def architecture(model: NativeModel) -> ModelFamily:
+    """The model's family by its GGUF ``general.architecture`` (:mod:`.families`)."""
+    return family_for(model.meta_str(TEXT, "general.architecture") or "")
+
+
 def special_tokens(model: NativeModel, tok: HFTokenizer) -> SpecialTokens:
+    markers = architecture(model).markers
+
     def find(key: str, text: str) -> int:
         value = model.meta_int(TEXT, key)
         if value is None:
@@ -174,23 +182,23 @@ def special_tokens(model: NativeModel, tok: HFTokenizer) -> SpecialTokens:
         return value
 
     eos = {i for i in (model.meta_int(TEXT, "tokenizer.ggml.eos_token_id"),
-                       tok.token_id("<|im_end|>"), tok.token_id("<|endoftext|>"),
+                       *(tok.token_id(text) for text in architecture(model).eos_texts),
                        *(model.meta_ints(TEXT, "edgevlm.eos_token_ids") or []))
            if i is not None}
     return SpecialTokens(
-        image_pad=find("edgevlm.image_token_id", "<|image_pad|>"),
-        video_pad=find("edgevlm.video_token_id", "<|video_pad|>"),
-        vision_start=find("edgevlm.vision_start_token_id", "<|vision_start|>"),
-        vision_end=find("edgevlm.vision_end_token_id", "<|vision_end|>"),
+        image_pad=find("edgevlm.image_token_id", markers["image_pad"]),
+        video_pad=find("edgevlm.video_token_id", markers["video_pad"]),
+        vision_start=find("edgevlm.vision_start_token_id", markers["vision_start"]),
+        vision_end=find("edgevlm.vision_end_token_id", markers["vision_end"]),
         eos=frozenset(eos))
 
 
 def model_family(model: NativeModel) -> Family:
-    """The Qwen3-VL preprocessing rules with this checkpoint's values: patch and merge sizes
+    """The family's preprocessing rules with this checkpoint's values: patch and merge sizes
     from the mmproj file, and the pixel bounds its preprocessor configs asked for (stored by
     ``edgevlm convert`` as ``edgevlm.vision.*`` / ``edgevlm.video.*``; the family defaults
     otherwise)."""
-    base = get_family("qwen3-vl")
+    base = get_family(architecture(model).sizing)
     if not model.info["has_vision"]:
         return base
 

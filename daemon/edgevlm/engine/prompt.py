@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -24,7 +25,9 @@ import numpy.typing as npt
 from ..tokenizer import Control, HFTokenizer, render_segments
 from ..wire.features import VisionFeatures
 from ..wire.protocol import Message
-from .model import SpecialTokens
+
+if TYPE_CHECKING:
+    from .model import SpecialTokens  # model.py loads the families, which use this module
 
 IntArray = npt.NDArray[np.int32]
 
