@@ -21,27 +21,6 @@
 #include <math.h>
 #include <string.h>
 
-const ev_kernels *ev_kernels_best(void) {
-#if defined(__x86_64__)
-    const ev_kernels *k = ev_kernels_x86_avx512();
-    if (k) return k;
-    k = ev_kernels_x86_avx2();
-    if (k) return k;
-#elif defined(__aarch64__)
-    const ev_kernels *k = ev_kernels_arm_neon();
-    if (k) return k;
-#endif
-    return ev_kernels_scalar();
-}
-
-const ev_kernels *ev_kernels_fast(void) {
-#if defined(__x86_64__)
-    const ev_kernels *k = ev_kernels_x86_avx512_fast();
-    if (k) return k;
-#endif
-    return ev_kernels_best();
-}
-
 /* ---- the matrix product ---------------------------------------------------------------- */
 
 #define ROW_GRAIN 16                     /* rows per chunk unit: 64 bytes of floats */
@@ -51,6 +30,9 @@ typedef struct matmul_job {
     ev_gemm_args a;
     const ev_kernels *k;
     int32_t wtype;
+    ev_vec_dot_fn vec_dot;               /* k's for wtype, else the scalar set's */
+    ev_gemm_fn gemm_dq;                  /* k's for wtype, else the scalar set's */
+    void (*quantize_q8_0)(const float *x, ev_block_q8_0 *y, int64_t n);   /* likewise */
     const float *x;                      /* float32 [n_tok][n_in] (quantisation source) */
     ev_block_q8_0 *xq;                   /* [n_tok][n_in/32] */
     float *xq_scale;                     /* [n_tok][n_in/32] */
@@ -71,7 +53,7 @@ static void quantize_tokens(void *ctx, int64_t t0, int64_t t1, int tid) {
     }
     for (int64_t t = t0; t < t1; t++) {
         ev_block_q8_0 *q = j->xq + t * nb;
-        j->k->quantize_q8_0(j->x + t * j->a.n_in, q, j->a.n_in);
+        j->quantize_q8_0(j->x + t * j->a.n_in, q, j->a.n_in);
         for (int64_t b = 0; b < nb; b++) j->xq_scale[t * nb + b] = ev_fp16_to_f32(q[b].d);
         if (!j->xq_sum) continue;
         for (int64_t b = 0; b < nb; b++) {
@@ -85,7 +67,7 @@ static void quantize_tokens(void *ctx, int64_t t0, int64_t t1, int tid) {
 /* The reference path: one vec_dot per (token, row), rows in groups of 16 for some reuse. */
 static void generic_rows(const matmul_job *j, int64_t r0, int64_t r1) {
     const ev_gemm_args *a = &j->a;
-    const ev_vec_dot_fn dot = j->k->vec_dot[j->wtype];
+    const ev_vec_dot_fn dot = j->vec_dot;
     for (int64_t rb = r0; rb < r1; rb += ROW_GRAIN) {
         int64_t re = rb + ROW_GRAIN < r1 ? rb + ROW_GRAIN : r1;
         for (int64_t t = 0; t < a->n_tok; t++) {
@@ -106,7 +88,7 @@ static void matmul_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
         if (j->xq_sum) j->k->gemm_q8x[j->wtype](&a, r0, r1);
         else if (j->xq16) j->k->gemm_q16x[j->wtype](&a, r0, r1);
         else if (j->k->gemm_bf16x[j->wtype]) j->k->gemm_bf16x[j->wtype](&a, r0, r1);
-        else j->k->gemm_dq[j->wtype](&a, r0, r1);
+        else j->gemm_dq(&a, r0, r1);
         return;
     }
     ev_gemm_fn gemm = j->k->gemm[j->wtype];
@@ -177,17 +159,24 @@ static void quantize_into(matmul_job *j, ev_pool *p, uint8_t *scratch, quant_kin
     }
 }
 
-void ev_matmul(ev_pool *pool, const ev_kernels *k, int32_t wtype, const void *w,
-               const float *bias, int64_t n_out, int64_t n_in, const float *x, int64_t n_tok,
-               float *y, void *scratch) {
+int ev_matmul(ev_pool *pool, const ev_kernels *k, int32_t wtype, const void *w,
+              const float *bias, int64_t n_out, int64_t n_in, const float *x, int64_t n_tok,
+              float *y, void *scratch) {
     const ev_type_traits *t = ev_type_get(wtype);
-    if (!k || !t || !k->vec_dot[wtype] || !k->gemm_dq[wtype] || n_out <= 0 || n_in <= 0 ||
-        n_tok <= 0 || n_in % t->block_size != 0)
-        return;                            /* the callers validate shapes at load time */
+    const ev_kernels *ref = ev_kernels_scalar();
+    if (!t || !w || !x || !y || n_out <= 0 || n_in <= 0 || n_tok <= 0 ||
+        n_in % t->block_size != 0 || !k) {
+        if (y && n_out > 0 && n_tok > 0 && n_out <= INT64_MAX / n_tok)
+            for (int64_t i = 0; i < n_out * n_tok; i++) y[i] = NAN;
+        return -1;                         /* the callers validate shapes at load time */
+    }
     matmul_job j;
     memset(&j, 0, sizeof j);
     j.k = k;
     j.wtype = wtype;
+    j.vec_dot = k->vec_dot[wtype] ? k->vec_dot[wtype] : ref->vec_dot[wtype];
+    j.gemm_dq = k->gemm_dq[wtype] ? k->gemm_dq[wtype] : ref->gemm_dq[wtype];
+    j.quantize_q8_0 = k->quantize_q8_0 ? k->quantize_q8_0 : ref->quantize_q8_0;
     j.x = x;
     j.a.w = w;
     j.a.w_stride = ev_row_bytes(wtype, n_in);
@@ -199,7 +188,8 @@ void ev_matmul(ev_pool *pool, const ev_kernels *k, int32_t wtype, const void *w,
     j.a.w_type = wtype;
     const int64_t macs = n_out * n_in * n_tok;
     ev_pool *p = macs < SMALL_MATMUL_MACS ? NULL : pool;
-    const int int_products = t->quantized && (k->gemm_q8x[wtype] || k->gemm_q16x[wtype]);
+    const int int_products = t->quantized && (k->gemm_q8x[wtype] ||
+                                              (k->gemm_q16x[wtype] && k->quantize_i16));
     j.many = n_tok >= EV_MATMUL_FLOAT_MIN_TOK || (int_products && n_tok >= EV_MATMUL_INT_MIN_TOK);
     if (j.many && int_products) {
         j.a.pack = scratch;                    /* threads pack; the activations follow */
@@ -217,6 +207,7 @@ void ev_matmul(ev_pool *pool, const ev_kernels *k, int32_t wtype, const void *w,
         j.a.x_stride = n_in * (int64_t)sizeof(float);
     }
     ev_pool_for(p, n_out, ROW_GRAIN, matmul_rows, &j);
+    return 0;
 }
 
 /* ---- gemm_dq's loop nest, shared by the kernel sets ------------------------------------- */

@@ -17,8 +17,6 @@
 #include "threadpool.h"
 #include "types.h"
 
-#define EV_TYPE_MAX 31
-
 /* One weight row (n elements, type-specific layout) times one activation row.
  * The activation is float32 for F32/F16/BF16 weights and Q8_0 blocks for Q8_0/Q4_0 weights. */
 typedef void (*ev_vec_dot_fn)(int64_t n, float *out, const void *w_row, const void *x_row);
@@ -76,7 +74,9 @@ typedef void (*ev_gemm_fn)(const ev_gemm_args *a, int64_t r0, int64_t r1);
 
 typedef struct ev_kernels {
     const char *name;                        /* "scalar", "avx2", "neon-dotprod", ... */
-    ev_vec_dot_fn vec_dot[EV_TYPE_MAX + 1];  /* by weight type; NULL when unsupported */
+    ev_vec_dot_fn vec_dot[EV_TYPE_MAX + 1];  /* by weight type (every type of the type
+                                                table in the scalar set and the sets derived
+                                                from it; NULL for other ids) */
     /* float32 dot and axpy for attention: */
     float (*dot_f32)(int64_t n, const float *a, const float *b);
     void (*axpy_f32)(int64_t n, float a, const float *x, float *y);      /* y += a*x */
@@ -127,6 +127,10 @@ typedef struct ev_kernels {
 #define EV_MATMUL_INT_MIN_TOK 4
 
 const ev_kernels *ev_kernels_scalar(void);
+/* A SIMD set is assembled as out = base (the scalar set, or a set derived from it) with every
+ * non-NULL entry of own put in its place: an entry a set does not implement runs base's
+ * kernel (kernels_dispatch.c). */
+void ev_kernels_derive(ev_kernels *out, const ev_kernels *base, const ev_kernels *own);
 const ev_kernels *ev_kernels_best(void);   /* the scalar set when no SIMD path applies */
 /* The best set's "fast" variant (llama.cpp's rounding of the many-token products'
  * activations: Q8_0 for Q8_0/Q4_0 weights, bf16 for BF16), or the best set when it has none. */
@@ -151,9 +155,13 @@ const ev_kernels *ev_kernels_arm_neon_plain(void);  /* NEON without SDOT (tests,
  * Q8_0/Q4_0 weights: fewer than EV_MATMUL_FLOAT_MIN_TOK tokens run against Q8_0-quantised
  * activations, more against the float32 activations (see gemm_dq), or against int16 / Q8_0
  * ones where the kernel set has gemm_q16x / gemm_q8x. */
-void ev_matmul(ev_pool *pool, const ev_kernels *k, int32_t wtype, const void *w,
-               const float *bias, int64_t n_out, int64_t n_in, const float *x, int64_t n_tok,
-               float *y, void *scratch);
+/* Never skips silently: a kernel k lacks for wtype (a hand-made set with NULL entries) runs
+ * the scalar set's. Returns 0, or -1 for arguments no set can multiply (a type outside the
+ * type table, n_in not whole blocks, a NULL operand, a size <= 0); y (when it and the sizes
+ * are usable) is then filled with NaN, never left stale. */
+int ev_matmul(ev_pool *pool, const ev_kernels *k, int32_t wtype, const void *w,
+              const float *bias, int64_t n_out, int64_t n_in, const float *x, int64_t n_tok,
+              float *y, void *scratch);
 size_t ev_matmul_scratch_bytes(int32_t wtype, int64_t n_in, int64_t n_tok, int n_threads);
 
 /* Row operations (x: [n_rows][n]); out may alias x. */

@@ -9,6 +9,7 @@
 #include "kernels.h"
 
 #include <math.h>
+#include <pthread.h>
 
 /* ---- float weights against float32 activations ----------------------------------------- */
 
@@ -129,7 +130,9 @@ static float exp_sum_f32(float *x, int64_t n, float max) {
     return (float)sum;
 }
 
-static const ev_kernels SCALAR = {
+/* The reference kernel of every type of the type table (types.c); tests/test_dispatch.c
+ * checks that none is missing. */
+static const ev_kernels SCALAR_OWN = {
     .name = "scalar",
     .vec_dot = {
         [EV_TYPE_F32] = vec_dot_f32,
@@ -147,10 +150,18 @@ static const ev_kernels SCALAR = {
     .gelu_tanh_f32 = ev_gelu_tanh,
     .quantize_q8_0 = ev_quantize_row_q8_0,
     .gemm = {0},   /* ev_matmul's generic loop over vec_dot */
-    .gemm_dq = {[EV_TYPE_F32] = gemm_dq, [EV_TYPE_F16] = gemm_dq, [EV_TYPE_BF16] = gemm_dq,
-                [EV_TYPE_Q8_0] = gemm_dq, [EV_TYPE_Q4_0] = gemm_dq},
 };
 
+static ev_kernels SCALAR;
+static pthread_once_t built = PTHREAD_ONCE_INIT;
+
+/* SCALAR_OWN, with gemm_dq (dequantise through the type table's to_float) for every type */
+static void build(void) {
+    SCALAR = SCALAR_OWN;
+    for (int i = 0; i < ev_type_count(); i++) SCALAR.gemm_dq[ev_type_at(i)->type] = gemm_dq;
+}
+
 const ev_kernels *ev_kernels_scalar(void) {
+    pthread_once(&built, build);
     return &SCALAR;
 }

@@ -1,43 +1,16 @@
 /*
  * session.c - sessions: allocation of the KV cache and scratch, argument checks of the public
- * entry points, prefill chunking and the single decode step.
+ * entry points, prefill chunking and the single decode step. The forward passes are the
+ * model family's (s->model->family, src/models/family.h).
  */
 #include "session.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/family.h"
 #include "util.h"
-
-edgevlm_status ev_fail(edgevlm_session *s, edgevlm_status st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(s->error, sizeof s->error, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
-void ev_linear(edgevlm_session *s, const ev_tensor *w, const ev_tensor *b, const float *x,
-               int64_t n_tok, float *y) {
-    ev_matmul(s->pool, s->kernels, w->type, w->data, b ? (const float *)b->data : NULL, w->ne[1],
-              w->ne[0], x, n_tok, y, s->mm_scratch);
-}
-
-static size_t text_matmul_scratch_bytes(const edgevlm_model *m, int64_t n, int threads) {
-    const edgevlm_model_info *in = &m->info;
-    size_t best = ev_matmul_scratch_bytes(m->output.type, in->n_embd, n, threads), b;
-    for (int l = 0; l < in->n_layer; l++) {
-        const ev_text_layer *L = &m->layers[l];
-        const ev_tensor *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
-            b = ev_matmul_scratch_bytes(ws[i]->type, ws[i]->ne[0], n, threads);
-            if (b > best) best = b;
-        }
-    }
-    return best;
-}
 
 void edgevlm_session_free(edgevlm_session *s) {
     if (!s) return;
@@ -72,6 +45,7 @@ edgevlm_status edgevlm_session_new(const edgevlm_model *m, const edgevlm_session
     }
     *out = NULL;
     const edgevlm_model_info *in = &m->info;
+    const ev_family *fam = m->family;
     if (p->n_ctx < 1 || p->n_batch < 1 || p->n_threads < 1 || p->n_threads > 256 ||
         (p->kv_type != EDGEVLM_KV_F32 && p->kv_type != EDGEVLM_KV_F16) || p->max_patches < 0 ||
         p->n_ctx > (1 << 24) || p->max_patches > (1 << 22)) {
@@ -107,10 +81,9 @@ edgevlm_status edgevlm_session_new(const edgevlm_model *m, const edgevlm_session
              alloc_f32(&s->t.rope_cos, nb, hd / 2) && alloc_f32(&s->t.rope_sin, nb, hd / 2) &&
              alloc_f32(&s->t.scores, p->n_threads, p->n_ctx) &&
              alloc_f32(&s->t.acc, p->n_threads, hd) &&
-             alloc_f32(&s->t.attn_tile, p->n_threads, ev_dec_attn_floats(hd)) &&
+             alloc_f32(&s->t.attn_tile, p->n_threads, fam->text_attn_floats(hd)) &&
              alloc_f32(&s->cand_p, in->n_vocab, 1) &&
              (s->cand_idx = ev_alloc(sizeof(int32_t) * (size_t)in->n_vocab)) != NULL;
-    size_t mm = text_matmul_scratch_bytes(m, nb, p->n_threads);
     if (ok && p->max_patches > 0) {
         const int64_t np = p->max_patches, c = in->v_n_embd;
         const int64_t pp3 = 3LL * in->v_patch_size * in->v_patch_size;
@@ -122,12 +95,11 @@ edgevlm_status edgevlm_session_new(const edgevlm_model *m, const edgevlm_session
              alloc_f32(&s->v.merge_in, np, c) &&
              alloc_f32(&s->v.rope_cos, np, c / in->v_n_head / 2) &&
              alloc_f32(&s->v.rope_sin, np, c / in->v_n_head / 2) &&
-             alloc_f32(&s->v.attn, p->n_threads, ev_vit_attn_floats(c / in->v_n_head, np)) &&
+             alloc_f32(&s->v.attn, p->n_threads, fam->vision_attn_floats(c / in->v_n_head, np)) &&
              (s->v.pos_row = ev_alloc(sizeof(int32_t) * (size_t)np)) != NULL &&
              (s->v.pos_col = ev_alloc(sizeof(int32_t) * (size_t)np)) != NULL;
-        size_t vm = ev_vit_matmul_scratch_bytes(m, np, p->n_threads);
-        if (vm > mm) mm = vm;
     }
+    const size_t mm = fam->matmul_scratch_bytes(m, nb, p->max_patches, p->n_threads);
     s->mm_scratch_bytes = mm;
     if (ok) ok = (s->mm_scratch = ev_alloc(mm)) != NULL;
     if (!ok) {
@@ -186,8 +158,8 @@ edgevlm_status edgevlm_encode_vision(edgevlm_session *s, const float *pixel_valu
         return ev_fail(s, EDGEVLM_ERR_ARGUMENT, "%lld patches, the session was created for at "
                        "most %lld (max_patches)", (long long)n_patches,
                        (long long)s->v.max_patches);
-    return ev_vision_forward(s, pixel_values, n_patches, gt, gh, gw, out_embeds, out_deepstack,
-                             out_vit);
+    return s->model->family->vision_forward(s, pixel_values, n_patches, gt, gh, gw, out_embeds,
+                                            out_deepstack, out_vit);
 }
 
 edgevlm_status edgevlm_prefill(edgevlm_session *s, const int32_t *tokens, int64_t n_tokens,
@@ -213,9 +185,9 @@ edgevlm_status edgevlm_prefill(edgevlm_session *s, const int32_t *tokens, int64_
         int64_t l0 = c0 > first_logit ? c0 : first_logit;
         int64_t chunk_logits = c0 + n > l0 ? c0 + n - l0 : 0;
         float *out = chunk_logits ? logits_out + (l0 - first_logit) * vocab : NULL;
-        edgevlm_status st = ev_text_forward(s, tokens + c0, n, positions + c0, n_tokens,
-                                            vision_index ? vision_index + c0 : NULL, vision_rows,
-                                            n_vision, deepstack_rows, n_ds, out, chunk_logits);
+        edgevlm_status st = s->model->family->text_forward(
+            s, tokens + c0, n, positions + c0, n_tokens, vision_index ? vision_index + c0 : NULL,
+            vision_rows, n_vision, deepstack_rows, n_ds, out, chunk_logits);
         if (st != EDGEVLM_OK) return st;
     }
     return EDGEVLM_OK;
@@ -230,7 +202,8 @@ edgevlm_status edgevlm_decode(edgevlm_session *s, int32_t token, int32_t positio
         return ev_fail(s, EDGEVLM_ERR_CONTEXT_FULL, "the KV cache is full (%d tokens)",
                        s->params.n_ctx);
     int32_t pos[3] = {position, position, position};
-    return ev_text_forward(s, &token, 1, pos, 1, NULL, NULL, 0, NULL, 0, logits_out, 1);
+    return s->model->family->text_forward(s, &token, 1, pos, 1, NULL, NULL, 0, NULL, 0,
+                                          logits_out, 1);
 }
 
 const char *edgevlm_build_info(void) {

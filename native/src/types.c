@@ -113,28 +113,71 @@ static void q4_0_to_float(const void *src, float *dst, int64_t n) {
     }
 }
 
+/* ---- rows from float32 (the reference rounding) ----------------------------------------- */
+
+static void f32_from_float(const float *src, void *dst, int64_t n) {
+    memcpy(dst, src, (size_t)n * sizeof(float));
+}
+
+static void f16_from_float(const float *src, void *dst, int64_t n) {
+    ev_fp16 *d = dst;
+    for (int64_t i = 0; i < n; i++) d[i] = ev_f32_to_fp16(src[i]);
+}
+
+static void bf16_from_float(const float *src, void *dst, int64_t n) {
+    ev_bf16 *d = dst;
+    for (int64_t i = 0; i < n; i++) d[i] = ev_f32_to_bf16(src[i]);
+}
+
+static void q8_0_from_float(const float *src, void *dst, int64_t n) {
+    ev_quantize_row_q8_0(src, dst, n);
+}
+
+static void q4_0_from_float(const float *src, void *dst, int64_t n) {
+    ev_quantize_row_q4_0(src, dst, n);
+}
+
 /* ---- the table ------------------------------------------------------------------------ */
 
-static const ev_type_traits TRAITS_F32 = {"f32", 1, 4, 0, f32_to_float};
-static const ev_type_traits TRAITS_F16 = {"f16", 1, 2, 0, f16_to_float};
-static const ev_type_traits TRAITS_BF16 = {"bf16", 1, 2, 0, bf16_to_float};
-static const ev_type_traits TRAITS_Q8_0 = {"q8_0", EV_QK, (int32_t)sizeof(ev_block_q8_0), 1,
-                                           q8_0_to_float};
-static const ev_type_traits TRAITS_Q4_0 = {"q4_0", EV_QK, (int32_t)sizeof(ev_block_q4_0), 1,
-                                           q4_0_to_float};
+static const ev_type_traits TYPES[] = {
+    {EV_TYPE_F32, "f32", 1, 4, 0, f32_to_float, f32_from_float},
+    {EV_TYPE_F16, "f16", 1, 2, 0, f16_to_float, f16_from_float},
+    {EV_TYPE_BF16, "bf16", 1, 2, 0, bf16_to_float, bf16_from_float},
+    {EV_TYPE_Q8_0, "q8_0", EV_QK, (int32_t)sizeof(ev_block_q8_0), 1, q8_0_to_float,
+     q8_0_from_float},
+    {EV_TYPE_Q4_0, "q4_0", EV_QK, (int32_t)sizeof(ev_block_q4_0), 1, q4_0_to_float,
+     q4_0_from_float},
+};
+#define N_TYPES ((int)(sizeof TYPES / sizeof TYPES[0]))
 
 _Static_assert(sizeof(ev_block_q8_0) == 34, "Q8_0 block is 34 bytes");
 _Static_assert(sizeof(ev_block_q4_0) == 18, "Q4_0 block is 18 bytes");
 
+int ev_type_count(void) {
+    return N_TYPES;
+}
+
+const ev_type_traits *ev_type_at(int i) {
+    return i >= 0 && i < N_TYPES ? &TYPES[i] : NULL;
+}
+
 const ev_type_traits *ev_type_get(int32_t type) {
-    switch (type) {
-    case EV_TYPE_F32: return &TRAITS_F32;
-    case EV_TYPE_F16: return &TRAITS_F16;
-    case EV_TYPE_BF16: return &TRAITS_BF16;
-    case EV_TYPE_Q8_0: return &TRAITS_Q8_0;
-    case EV_TYPE_Q4_0: return &TRAITS_Q4_0;
-    default: return NULL;
+    for (int i = 0; i < N_TYPES; i++)
+        if (TYPES[i].type == type) return &TYPES[i];
+    return NULL;
+}
+
+const char *ev_type_list(char *buf, size_t len) {
+    size_t used = 0;
+    if (!buf || !len) return buf;
+    buf[0] = '\0';
+    for (int i = 0; i < N_TYPES && used + 1 < len; i++) {
+        for (const char *c = i ? ", " : ""; *c && used + 1 < len; c++) buf[used++] = *c;
+        for (const char *c = TYPES[i].name; *c && used + 1 < len; c++)
+            buf[used++] = (char)(*c >= 'a' && *c <= 'z' ? *c - 'a' + 'A' : *c);
+        buf[used] = '\0';
     }
+    return buf;
 }
 
 int64_t ev_row_bytes(int32_t type, int64_t n) {

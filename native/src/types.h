@@ -18,6 +18,7 @@ enum ev_type {
     EV_TYPE_Q8_0 = 8,
     EV_TYPE_BF16 = 30
 };
+#define EV_TYPE_MAX 31             /* every id of the type table is <= this (kernel tables) */
 
 #define EV_QK 32                   /* elements per Q8_0 / Q4_0 block */
 
@@ -35,15 +36,25 @@ typedef struct ev_block_q4_0 {     /* 18 bytes */
 } ev_block_q4_0;
 
 typedef struct ev_type_traits {
+    int32_t type;                  /* enum ev_type id */
     const char *name;
     int32_t block_size;            /* elements per block (1 for F32/F16/BF16) */
     int32_t type_size;             /* bytes per block */
     int32_t quantized;             /* 1: dot products run against Q8_0 activations */
     void (*to_float)(const void *src, float *dst, int64_t n);   /* n % block_size == 0 */
+    /* float32 row -> this type (the reference rounding / quantiser); n % block_size == 0 */
+    void (*from_float)(const float *src, void *dst, int64_t n);
 } ev_type_traits;
 
+/* The weight types edgevlm supports live in ONE table (types.c): every kernel set has a
+ * kernel for each (kernels_scalar.c fills them all; SIMD sets fall back to it), the loader
+ * accepts exactly these for matrices, and the tests walk it. */
+int ev_type_count(void);
+const ev_type_traits *ev_type_at(int i);               /* 0 <= i < ev_type_count() */
 /* NULL for a type edgevlm does not support. */
 const ev_type_traits *ev_type_get(int32_t type);
+/* "F32, F16, BF16, Q8_0, Q4_0" (upper-case names, ", " apart) into buf; returns buf. */
+const char *ev_type_list(char *buf, size_t len);
 /* Bytes of n elements (n % block_size == 0), or 0 when the type is unsupported / n misfits.
  * Overflow-checked: returns 0 when the result would not fit in int64. */
 int64_t ev_row_bytes(int32_t type, int64_t n);

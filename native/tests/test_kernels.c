@@ -40,18 +40,15 @@ static void make_weights(int32_t type, void *w, int64_t rows, int64_t n) {
     const int64_t rb = ev_row_bytes(type, n);
     for (int64_t r = 0; r < rows; r++, p += rb) {
         fill(tmp, n, 1.0f + (float)(r % 7));
-        switch (type) {
-        case EV_TYPE_F32: memcpy(p, tmp, (size_t)n * 4); break;
-        case EV_TYPE_F16: for (int64_t i = 0; i < n; i++) ((ev_fp16 *)p)[i] = ev_f32_to_fp16(tmp[i]); break;
-        case EV_TYPE_BF16: for (int64_t i = 0; i < n; i++) ((ev_bf16 *)p)[i] = ev_f32_to_bf16(tmp[i]); break;
-        case EV_TYPE_Q8_0: ev_quantize_row_q8_0(tmp, (ev_block_q8_0 *)p, n); break;
-        case EV_TYPE_Q4_0: ev_quantize_row_q4_0(tmp, (ev_block_q4_0 *)p, n); break;
-        }
+        ev_type_get(type)->from_float(tmp, p, n);
     }
     free(tmp);
 }
 
-static const int32_t TYPES[5] = {EV_TYPE_F32, EV_TYPE_F16, EV_TYPE_BF16, EV_TYPE_Q8_0, EV_TYPE_Q4_0};
+/* the i-th type of the type table (types.c), i < ev_type_count() */
+static int32_t type_at(int i) {
+    return ev_type_at(i)->type;
+}
 
 /* exact value and error scale (sum |w x|) of one row dot, in double, from dequantised rows */
 static void ref_dot(int32_t type, const void *w, const void *x, int64_t n, double *val, double *mag) {
@@ -77,8 +74,8 @@ static void vec_dot_simd_vs_scalar(const ev_kernels *k) {
     const ev_kernels *s = ev_kernels_scalar();
     printf("kernel set under test: %s\n", k->name);
     const int64_t sizes[] = {1, 3, 7, 8, 9, 15, 31, 32, 33, 64, 96, 100, 1000, 1024, 1027, 4096, 6144};
-    for (int ti = 0; ti < 5; ti++) {
-        int32_t type = TYPES[ti];
+    for (int ti = 0; ti < ev_type_count(); ti++) {
+        int32_t type = type_at(ti);
         const ev_type_traits *tr = ev_type_get(type);
         for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
             int64_t n = sizes[si];
@@ -344,17 +341,17 @@ static void test_matmul_against_double_reference(void) {
         {1100, 288}};   /* more rows than EV_GEMM_NC on one thread, a K tail of 32 */
     for (int si = 0; si < n_sets; si++) {
         for (int pi = 0; pi < 2; pi++) {
-            for (int ti = 0; ti < 5; ti++) {
+            for (int ti = 0; ti < ev_type_count(); ti++) {
                 for (size_t hi = 0; hi < sizeof shapes / sizeof shapes[0]; hi++) {
                     for (size_t ki = 0; ki < sizeof toks / sizeof toks[0]; ki++) {
                         int64_t n_tok = toks[ki];
                         if (shapes[hi].n_in * shapes[hi].n_out * n_tok > 4000000 && si == 0)
                             continue;   /* the scalar set is slow; big shapes run once below */
                         int bias = (int)((hi + ki) & 1);
-                        int bad = check_matmul(pools[pi], sets[si], TYPES[ti], shapes[hi].n_out,
+                        int bad = check_matmul(pools[pi], sets[si], type_at(ti), shapes[hi].n_out,
                                                shapes[hi].n_in, n_tok, bias);
                         CHECK_MSG(bad == 0, "matmul %s %s threads=%d %lldx%lld n_tok=%lld bias=%d: %d off",
-                                  sets[si]->name, ev_type_get(TYPES[ti])->name,
+                                  sets[si]->name, ev_type_get(type_at(ti))->name,
                                   ev_pool_n_threads(pools[pi]), (long long)shapes[hi].n_out,
                                   (long long)shapes[hi].n_in, (long long)n_tok, bias, bad);
                     }
@@ -363,20 +360,22 @@ static void test_matmul_against_double_reference(void) {
         }
     }
     /* float weights with n_in not a multiple of the SIMD width */
-    for (int ti = 0; ti < 3; ti++) {
-        int bad = check_matmul(pools[1], sets[1], TYPES[ti], 23, 37, 17, 1) +
-                  check_matmul(pools[1], sets[1], TYPES[ti], 9, 1001, 5, 0) +
-                  check_matmul(pools[0], sets[0], TYPES[ti], 9, 1001, 5, 0);
-        CHECK_MSG(bad == 0, "matmul %s odd n_in: %d off", ev_type_get(TYPES[ti])->name, bad);
+    for (int ti = 0; ti < ev_type_count(); ti++) {
+        if (ev_type_at(ti)->quantized) continue;
+        int bad = check_matmul(pools[1], sets[1], type_at(ti), 23, 37, 17, 1) +
+                  check_matmul(pools[1], sets[1], type_at(ti), 9, 1001, 5, 0) +
+                  check_matmul(pools[0], sets[0], type_at(ti), 9, 1001, 5, 0);
+        CHECK_MSG(bad == 0, "matmul %s odd n_in: %d off", ev_type_get(type_at(ti))->name, bad);
     }
     CHECK(check_matmul(pools[1], sets[0], EV_TYPE_Q4_0, 20, 6144, 17, 1) == 0);
     /* the integer products' y blocks and K chunks together: one thread, 250 tokens, 500 rows
      * (two y blocks), 17 blocks of K (chunks of 16 and 1) */
     for (int si = 1; si < n_sets; si++)
-        for (int ti = 3; ti < 5; ti++)   /* Q8_0, Q4_0 */
-            CHECK_MSG(check_matmul(pools[0], sets[si], TYPES[ti], 500, 544, 250, 0) == 0,
-                      "matmul %s %s 500x544 n_tok=250: y blocks x K chunks", sets[si]->name,
-                      ev_type_get(TYPES[ti])->name);
+        for (int ti = 0; ti < ev_type_count(); ti++)
+            if (ev_type_at(ti)->quantized)   /* Q8_0, Q4_0 */
+                CHECK_MSG(check_matmul(pools[0], sets[si], type_at(ti), 500, 544, 250, 0) == 0,
+                          "matmul %s %s 500x544 n_tok=250: y blocks x K chunks", sets[si]->name,
+                          ev_type_get(type_at(ti))->name);
     ev_pool_free(pools[0]);
     ev_pool_free(pools[1]);
 }
@@ -423,8 +422,8 @@ static void test_matmul_sets_agree_and_null_pool(void) {
     const int n_sets = simd_sets(sets);
     for (int si = 0; si < n_sets; si++) {
         const ev_kernels *k = sets[si];
-        for (int ti = 0; ti < 5; ti++) {
-            int32_t type = TYPES[ti];
+        for (int ti = 0; ti < ev_type_count(); ti++) {
+            int32_t type = type_at(ti);
             const int64_t n_out = 48, n_in = 512, n_tok = 19;      /* the many-token path */
             uint8_t *w = malloc((size_t)(ev_row_bytes(type, n_in) * n_out));
             float x[512 * 19], y0[48 * 19], y1[48 * 19];

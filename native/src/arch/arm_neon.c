@@ -11,6 +11,7 @@
 #if defined(__aarch64__)
 
 #include <arm_neon.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/auxv.h>
 
@@ -266,19 +267,32 @@ static void gemm_bf16(const ev_gemm_args *a, int64_t r0, int64_t r1) {
         .gemm = {[EV_TYPE_F32] = gemm_f32, [EV_TYPE_F16] = gemm_f16,                        \
                  [EV_TYPE_BF16] = gemm_bf16, [EV_TYPE_Q8_0] = gemm_q8_0_##SUFFIX,           \
                  [EV_TYPE_Q4_0] = gemm_q4_0_##SUFFIX},                                      \
-        .gemm_dq = {[EV_TYPE_F32] = ev_neon_gemm_dq, [EV_TYPE_F16] = ev_neon_gemm_dq,       \
-                    [EV_TYPE_BF16] = ev_neon_gemm_dq, [EV_TYPE_Q8_0] = ev_neon_gemm_dq,     \
-                    [EV_TYPE_Q4_0] = ev_neon_gemm_dq},                                      \
     }
 
-static const ev_kernels NEON_PLAIN = NEON_SET("neon", plain);
-static const ev_kernels NEON_DOTPROD = NEON_SET("neon-dotprod", dot);
+/* what the two sets implement; the rest is the scalar set's (ev_kernels_derive) */
+static const ev_kernels NEON_PLAIN_OWN = NEON_SET("neon", plain);
+static const ev_kernels NEON_DOTPROD_OWN = NEON_SET("neon-dotprod", dot);
+
+static ev_kernels NEON_PLAIN, NEON_DOTPROD;
+static pthread_once_t built = PTHREAD_ONCE_INIT;
+
+/* the sets' own kernels, and gemm_dq (dequantising through the type table) for every type */
+static void build(void) {
+    ev_kernels_derive(&NEON_PLAIN, ev_kernels_scalar(), &NEON_PLAIN_OWN);
+    ev_kernels_derive(&NEON_DOTPROD, ev_kernels_scalar(), &NEON_DOTPROD_OWN);
+    for (int i = 0; i < ev_type_count(); i++) {
+        NEON_PLAIN.gemm_dq[ev_type_at(i)->type] = ev_neon_gemm_dq;
+        NEON_DOTPROD.gemm_dq[ev_type_at(i)->type] = ev_neon_gemm_dq;
+    }
+}
 
 const ev_kernels *ev_kernels_arm_neon(void) {
+    pthread_once(&built, build);
     return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) ? &NEON_DOTPROD : &NEON_PLAIN;
 }
 
 const ev_kernels *ev_kernels_arm_neon_plain(void) {
+    pthread_once(&built, build);
     return &NEON_PLAIN;
 }
 

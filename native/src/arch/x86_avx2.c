@@ -11,6 +11,7 @@
 #include "x86_avx2.h"
 
 #include <cpuid.h>
+#include <pthread.h>
 
 /* ---- float weights against float32 activations ----------------------------------------- */
 
@@ -140,7 +141,8 @@ EV_AVX2 static void quantize_q8_0(const float *x, ev_block_q8_0 *y, int64_t n) {
 
 /* ---- the set --------------------------------------------------------------------------- */
 
-static const ev_kernels AVX2 = {
+/* what this set implements; the rest is the scalar set's (ev_kernels_derive) */
+static const ev_kernels AVX2_OWN = {
     .name = "avx2",
     .vec_dot = {
         [EV_TYPE_F32] = vec_dot_f32,
@@ -180,11 +182,19 @@ static int has_f16c(void) {
     return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
 }
 
+static ev_kernels AVX2;
+static pthread_once_t built = PTHREAD_ONCE_INIT;
+
+static void build(void) {
+    ev_kernels_derive(&AVX2, ev_kernels_scalar(), &AVX2_OWN);
+}
+
 const ev_kernels *ev_kernels_x86_avx2(void) {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c())
-        return &AVX2;
-    return NULL;
+    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c()))
+        return NULL;
+    pthread_once(&built, build);
+    return &AVX2;
 }
 
 #endif

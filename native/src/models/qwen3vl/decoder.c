@@ -10,7 +10,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "session.h"
+#include "qwen3vl.h"
 #include "util.h"
 
 /* Which MRoPE axis (0 t, 1 h, 2 w) frequency j takes its position from (interleaved). */
@@ -53,8 +53,9 @@ static void store_kv(edgevlm_session *s, int layer, int64_t n) {
 static edgevlm_status embed(edgevlm_session *s, const int32_t *tokens, int64_t n,
                             const int32_t *vision_index, const float *vision_rows,
                             int64_t n_vision) {
-    const edgevlm_model *m = s->model;
-    const int64_t d = m->info.n_embd;
+    const edgevlm_model_info *in = &s->model->info;
+    const ev_qwen3vl *m = ev_qwen3vl_of(s->model);
+    const int64_t d = in->n_embd;
     const int64_t row_bytes = ev_row_bytes(m->token_embd.type, d);
     for (int64_t i = 0; i < n; i++) {
         float *x = s->t.x + i * d;
@@ -66,9 +67,9 @@ static edgevlm_status embed(edgevlm_session *s, const int32_t *tokens, int64_t n
             memcpy(x, vision_rows + (int64_t)r * d, sizeof(float) * (size_t)d);
             continue;
         }
-        if (tokens[i] < 0 || tokens[i] >= m->info.n_vocab)
+        if (tokens[i] < 0 || tokens[i] >= in->n_vocab)
             return ev_fail(s, EDGEVLM_ERR_ARGUMENT, "token %d at index %lld is outside the "
-                           "vocabulary [0, %d)", tokens[i], (long long)i, m->info.n_vocab);
+                           "vocabulary [0, %d)", tokens[i], (long long)i, in->n_vocab);
         ev_row_to_f32(m->token_embd.type,
                       (const char *)m->token_embd.data + (int64_t)tokens[i] * row_bytes, x, d);
     }
@@ -80,8 +81,8 @@ edgevlm_status ev_text_forward(edgevlm_session *s, const int32_t *tokens, int64_
                                const int32_t *vision_index, const float *vision_rows,
                                int64_t n_vision, const float *deepstack_rows, int32_t n_ds,
                                float *logits_out, int64_t n_logits) {
-    const edgevlm_model *m = s->model;
-    const edgevlm_model_info *in = &m->info;
+    const edgevlm_model_info *in = &s->model->info;
+    const ev_qwen3vl *m = ev_qwen3vl_of(s->model);
     const int64_t d = in->n_embd, hd = in->head_dim;
     ev_text_scratch *t = &s->t;
 

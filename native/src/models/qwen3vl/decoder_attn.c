@@ -20,7 +20,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "session.h"
+#include "qwen3vl.h"
 
 #define MIN_TILED EV_DEC_ATT_MIN_TILED
 #define QB EV_DEC_ATT_QB

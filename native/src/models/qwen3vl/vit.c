@@ -10,11 +10,12 @@
 #include <math.h>
 #include <string.h>
 
-#include "session.h"
+#include "qwen3vl.h"
 #include "util.h"
 
-size_t ev_vit_matmul_scratch_bytes(const edgevlm_model *m, int64_t n, int threads) {
-    const edgevlm_model_info *in = &m->info;
+size_t ev_vit_matmul_scratch_bytes(const edgevlm_model *model, int64_t n, int threads) {
+    const edgevlm_model_info *in = &model->info;
+    const ev_qwen3vl *m = ev_qwen3vl_of(model);
     if (!in->has_vision || n <= 0) return 0;
     const int64_t c = in->v_n_embd, pp3 = 3LL * in->v_patch_size * in->v_patch_size;
     size_t best = 0, b;
@@ -50,9 +51,9 @@ static void patch_coords(ev_vit_scratch *v, int32_t gt, int32_t gh, int32_t gw) 
 }
 
 /* h[r] += bilinear(pos_embd, row, col) with align_corners=True, computed in float32. */
-static void add_position_embedding(const edgevlm_model *m, ev_vit_scratch *v, int64_t n,
-                                   int32_t gh, int32_t gw) {
-    const int64_t c = m->info.v_n_embd, side = m->info.v_pos_side;
+static void add_position_embedding(const edgevlm_model_info *in, const ev_qwen3vl *m,
+                                   ev_vit_scratch *v, int64_t n, int32_t gh, int32_t gw) {
+    const int64_t c = in->v_n_embd, side = in->v_pos_side;
     const float *table = m->pos_embd.data;
     for (int64_t r = 0; r < n; r++) {
         float sr = gh > 1 ? (float)v->pos_row[r] * (float)(side - 1) / (float)(gh - 1) : 0.0f;
@@ -184,9 +185,9 @@ static void run_merger(edgevlm_session *s, const ev_merger *mg, const float *h, 
 }
 
 static void patch_embed(edgevlm_session *s, const float *pixels, int64_t n) {
-    const edgevlm_model *m = s->model;
-    const int64_t pp = (int64_t)m->info.v_patch_size * m->info.v_patch_size;
-    const int64_t c = m->info.v_n_embd;
+    const ev_qwen3vl *m = ev_qwen3vl_of(s->model);
+    const int64_t pp = (int64_t)s->model->info.v_patch_size * s->model->info.v_patch_size;
+    const int64_t c = s->model->info.v_n_embd;
     ev_vit_scratch *v = &s->v;
     /* pixel columns are (channel, t, py, px): gather each temporal slice as (channel, py, px) */
     for (int64_t r = 0; r < n; r++) {
@@ -204,14 +205,14 @@ static void patch_embed(edgevlm_session *s, const float *pixels, int64_t n) {
 edgevlm_status ev_vision_forward(edgevlm_session *s, const float *pixel_values, int64_t n,
                                  int32_t gt, int32_t gh, int32_t gw, float *out_embeds,
                                  float *out_deepstack, float *out_vit) {
-    const edgevlm_model *m = s->model;
-    const edgevlm_model_info *in = &m->info;
+    const edgevlm_model_info *in = &s->model->info;
+    const ev_qwen3vl *m = ev_qwen3vl_of(s->model);
     const int64_t c = in->v_n_embd, d = in->n_embd;
     ev_vit_scratch *v = &s->v;
 
     patch_embed(s, pixel_values, n);
     patch_coords(v, gt, gh, gw);
-    add_position_embedding(m, v, n, gh, gw);
+    add_position_embedding(in, m, v, n, gh, gw);
     vit_rope_tables(in, v, n);
 
     int tap = 0;

@@ -1,0 +1,34 @@
+/*
+ * registry.c - the model families edgevlm runs (family.h): one row per family, keyed by
+ * GGUF general.architecture. A new family is a folder src/models/<family>/ and a row here.
+ */
+#include "family.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "qwen3vl/qwen3vl.h"
+
+static const ev_family *const FAMILIES[] = {
+    &ev_family_qwen3vl,
+};
+#define N_FAMILIES (sizeof FAMILIES / sizeof FAMILIES[0])
+
+const ev_family *ev_family_find(const char *arch, size_t len) {
+    for (size_t i = 0; arch && i < N_FAMILIES; i++)
+        if (strlen(FAMILIES[i]->arch) == len && memcmp(FAMILIES[i]->arch, arch, len) == 0)
+            return FAMILIES[i];
+    return NULL;
+}
+
+const char *ev_family_list(char *buf, size_t len) {
+    size_t used = 0;
+    if (!buf || !len) return buf;
+    buf[0] = '\0';
+    for (size_t i = 0; i < N_FAMILIES && used + 1 < len; i++) {
+        int n = snprintf(buf + used, len - used, "%s\"%s\"", i ? ", " : "", FAMILIES[i]->arch);
+        if (n < 0) break;
+        used += (size_t)n < len - used ? (size_t)n : len - used - 1;
+    }
+    return buf;
+}
