@@ -7,6 +7,8 @@
  */
 #include "types.h"
 
+#include "util.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -168,15 +170,12 @@ const ev_type_traits *ev_type_get(int32_t type) {
 }
 
 const char *ev_type_list(char *buf, size_t len) {
-    size_t used = 0;
     if (!buf || !len) return buf;
     buf[0] = '\0';
-    for (int i = 0; i < N_TYPES && used + 1 < len; i++) {
-        for (const char *c = i ? ", " : ""; *c && used + 1 < len; c++) buf[used++] = *c;
-        for (const char *c = TYPES[i].name; *c && used + 1 < len; c++)
-            buf[used++] = (char)(*c >= 'a' && *c <= 'z' ? *c - 'a' + 'A' : *c);
-        buf[used] = '\0';
-    }
+    for (size_t i = 0, used = 0; i < N_TYPES; i++)
+        used = ev_append(buf, len, used, ", ", TYPES[i].name);
+    for (char *c = buf; *c; c++)
+        if (*c >= 'a' && *c <= 'z') *c = (char)(*c - 'a' + 'A');
     return buf;
 }
 

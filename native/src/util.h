@@ -28,6 +28,16 @@ static inline void *ev_alloc(size_t n) {
     return p;
 }
 
+/* Appends sep (when used > 0) and item to the NUL-terminated buf[len] holding used bytes,
+ * truncating at len - 1; returns the new length. For "a, b, c" lists in messages. */
+static inline size_t ev_append(char *buf, size_t len, size_t used, const char *sep,
+                               const char *item) {
+    for (const char *c = used ? sep : ""; *c && used + 1 < len; c++) buf[used++] = *c;
+    for (const char *c = item; *c && used + 1 < len; c++) buf[used++] = *c;
+    if (used < len) buf[used] = '\0';
+    return used;
+}
+
 /* a * b, or 0 on overflow (sizes are never legitimately 0 where this is used) */
 static inline size_t ev_mul_size(size_t a, size_t b) {
     size_t r;

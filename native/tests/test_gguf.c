@@ -321,15 +321,21 @@ static void test_meta_api(void) {
     free(b.p);
 }
 
-static void test_open_maps_a_file_and_reports_io_errors(void) {
-    char path[] = "/tmp/test_gguf_XXXXXX";
+/* b into a new file named from the mkstemp template path; 0 (a failed check) when it cannot */
+static int write_temp(char *path, const wbuf *b) {
     int fd = mkstemp(path);
     CHECK(fd >= 0);
-    if (fd < 0) return;
+    if (fd < 0) return 0;
+    CHECK(write(fd, b->p, b->n) == (ssize_t)b->n);
+    close(fd);
+    return 1;
+}
+
+static void test_open_maps_a_file_and_reports_io_errors(void) {
+    char path[] = "/tmp/test_gguf_XXXXXX";
     wbuf b = {0};
     rich_file(&b, 3);
-    CHECK(write(fd, b.p, b.n) == (ssize_t)b.n);
-    close(fd);
+    if (!write_temp(path, &b)) return;
     gguf_file f;
     edgevlm_status st = gguf_open(path, &f, err, sizeof err);
     CHECK_MSG(st == EDGEVLM_OK, "%s", err);
@@ -522,6 +528,21 @@ static void test_bad_tensors_are_refused(void) {
     free(b.p);
 }
 
+/* the text file's general.architecture picks the model family (src/models/registry.c): an
+ * unknown one is refused with a message naming it and the supported ones */
+static void test_unknown_architecture_is_named(void) {
+    char path[] = "/tmp/test_gguf_arch_XXXXXX";
+    wbuf b = {0};
+    header(&b, 3, 0, 1);
+    key(&b, "general.architecture", GGUF_T_STRING); str(&b, "llama");
+    if (!write_temp(path, &b)) return;
+    edgevlm_model *m = NULL;
+    CHECK(edgevlm_model_load(path, NULL, &m, err, sizeof err) == EDGEVLM_ERR_UNSUPPORTED && !m);
+    CHECK_MSG(strstr(err, "\"llama\"") && strstr(err, "\"qwen3vl\""), "%s", err);
+    unlink(path);
+    free(b.p);
+}
+
 int main(void) {
     test_every_value_type_reads_back(3);
     test_every_value_type_reads_back(2);
@@ -534,5 +555,6 @@ int main(void) {
     test_bad_headers_are_refused();
     test_bad_key_values_are_refused();
     test_bad_tensors_are_refused();
+    test_unknown_architecture_is_named();
     return tu_report("test_gguf");
 }

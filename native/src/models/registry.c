@@ -4,10 +4,10 @@
  */
 #include "family.h"
 
-#include <stdio.h>
 #include <string.h>
 
 #include "qwen3vl/qwen3vl.h"
+#include "util.h"
 
 static const ev_family *const FAMILIES[] = {
     &ev_family_qwen3vl,
@@ -22,13 +22,11 @@ const ev_family *ev_family_find(const char *arch, size_t len) {
 }
 
 const char *ev_family_list(char *buf, size_t len) {
-    size_t used = 0;
     if (!buf || !len) return buf;
     buf[0] = '\0';
-    for (size_t i = 0; i < N_FAMILIES && used + 1 < len; i++) {
-        int n = snprintf(buf + used, len - used, "%s\"%s\"", i ? ", " : "", FAMILIES[i]->arch);
-        if (n < 0) break;
-        used += (size_t)n < len - used ? (size_t)n : len - used - 1;
+    for (size_t i = 0, used = 0; i < N_FAMILIES; i++) {
+        used = ev_append(buf, len, used, ", ", "\"");
+        used = ev_append(buf, len, ev_append(buf, len, used, "", FAMILIES[i]->arch), "", "\"");
     }
     return buf;
 }
