@@ -46,10 +46,6 @@ class ProgressBeacon:
         self._thread = threading.Thread(target=self._run, name="edgevlm-progress",
                                         daemon=True)
 
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._due)
-
     def start(self) -> None:
         self._thread.start()
 
