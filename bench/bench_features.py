@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from edgevlm.pipeline.cache import cache_key
+from edgevlm.vision.cache_key import cache_key
 from edgevlm.wire import strict_base64
 from edgevlm.wire.protocol import VisionTokensPayload
 from edgevlm.wire.vision_tokens import (

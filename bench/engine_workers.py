@@ -87,8 +87,8 @@ class _EdgevlmWorker(_Worker):
         super().__init__(args)
         import numpy as np
 
+        from edgevlm.core.native import ffi, lib
         from edgevlm.engine import Engine
-        from edgevlm.engine.native import ffi, lib
 
         self.np = np
         t0 = time.perf_counter()

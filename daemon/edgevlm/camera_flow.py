@@ -75,20 +75,20 @@ class CameraFlow:
         """A frame from a camera source (network thread): admit it, then queue it."""
         request = describe.frame_request(frame.image, frame.prompt, frame.max_tokens)
         try:  # the admission every request passes: sizes, pixels, the token budget
-            admit_request(request, len(frame.image) + len(frame.prompt.encode()),
-                          self._side())
+            admitted = admit_request(request, len(frame.image) + len(frame.prompt.encode()),
+                                     self._side())
         except EdgevlmError as exc:
             log.warning("camera %s: frame refused: %s", frame.camera, exc.message)
             self.result(frame, None, wire_error(exc), {})
             return
         now = time.monotonic()
         if frame.event_id is not None:
-            job = CameraJob(frame, request, now, deadline=now + EVENT_DEADLINE_S)
+            job = CameraJob(frame, admitted, now, deadline=now + EVENT_DEADLINE_S)
             if not self.queue.put_event(f"camera:{frame.camera}", EVENT_QUEUE_PER_CAMERA, job):
                 self.dropped(job, "queue_full")
             self.metrics.set_queue_depth(len(self.queue))
             return
-        job = CameraJob(frame, request, now)
+        job = CameraJob(frame, admitted, now)
         accepted, replaced = self.queue.put_latest(f"camera:{frame.camera}", job)
         if replaced is not None:
             log.info("camera %s: a newer frame replaced the one still waiting", frame.camera)

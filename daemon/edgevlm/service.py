@@ -53,6 +53,7 @@ from .metrics import Metrics
 from .models import demo_model_dir
 from .pipeline.admission import RequestSide
 from .pipeline.cache import VisionCache
+from .pipeline.preflight import preflight_context
 from .sources.camera_options import OptionStore
 from .wire.errors import Busy
 
@@ -131,8 +132,8 @@ class Service:
                              on_connection=self._on_connection, exit_process=exit_process,
                              on_failure=self._on_link_failure)
         self.replier = Replier(self.link, metrics=self.metrics)
-        context = self.engine.preflight_context(mm=config.limits.limit_mm_per_prompt,
-                                                media=config.media.policy())
+        context = preflight_context(self.engine, mm=config.limits.limit_mm_per_prompt,
+                                    media=config.media.policy())
         self.queue = JobQueue(config.limits.max_queue)
         self.dedupe = DedupeMemory(config.limits.dedupe_window_s,
                                    config.limits.dedupe_max_entries)

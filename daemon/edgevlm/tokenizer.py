@@ -26,7 +26,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from tokenizers import Tokenizer, models
 
@@ -80,6 +80,15 @@ class TextTokenizer(Protocol):
     def count(self, text: str) -> int: ...
 
     def count_text(self, text: str) -> int: ...
+
+
+@runtime_checkable
+class IdTokenizer(Protocol):
+    """A tokenizer that gives ids (:class:`HFTokenizer`): what :func:`tokenize_chat` needs."""
+
+    def encode_text(self, text: str) -> list[int]: ...
+
+    def control_id(self, token: str) -> int: ...
 
 
 def utf8_bounds(text: str) -> tuple[int, int]:
@@ -294,3 +303,32 @@ def count_chat(messages: Sequence[Message], tokenizer: TextTokenizer,
         else:
             total += 3
     return total
+
+
+@dataclass(frozen=True)
+class ChatTokens:
+    """The chat template rendered and tokenized (:func:`tokenize_chat`): runs of ids (a
+    control token by its id, a text piece as :meth:`HFTokenizer.encode_text` reads it) and
+    the media slots between them, in order. Admission counts it and the engine lays the
+    prompt out from it: the text is tokenized once per request."""
+
+    pieces: tuple[tuple[int, ...] | MediaSlot, ...]
+
+    @property
+    def tokens(self) -> int:
+        """Tokens as :func:`count_chat` counts them (3 per media slot)."""
+        return sum(len(p) if isinstance(p, tuple) else 3 for p in self.pieces)
+
+
+def tokenize_chat(messages: Sequence[Message], tokenizer: IdTokenizer,
+                  add_generation_prompt: bool = True) -> ChatTokens:
+    """:func:`render_segments` with every control token and text piece turned into ids."""
+    pieces: list[tuple[int, ...] | MediaSlot] = []
+    for piece in render_segments(messages, add_generation_prompt):
+        if isinstance(piece, Control):
+            pieces.append((tokenizer.control_id(piece.token),))
+        elif isinstance(piece, str):
+            pieces.append(tuple(tokenizer.encode_text(piece)))
+        else:
+            pieces.append(piece)
+    return ChatTokens(tuple(pieces))

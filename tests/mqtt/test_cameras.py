@@ -148,14 +148,15 @@ def test_a_frame_request_is_admitted_from_its_bytes(demo_engine: Any) -> None:
     """The typed errors of admission for a frame built in the daemon."""
     from edgevlm.pipeline.admission import RequestSide, admit_request
     from edgevlm.pipeline.limits import RequestLimits
+    from edgevlm.pipeline.preflight import preflight_context
     from edgevlm.verbs.describe import frame_request
     from edgevlm.wire.errors import PayloadTooLarge
 
-    side = RequestSide(RequestLimits(max_part_bytes=1000), demo_engine.preflight_context())
+    side = RequestSide(RequestLimits(max_part_bytes=1000), preflight_context(demo_engine))
     image = image_bytes(96, 64, "JPEG", seed=5)
     with pytest.raises(PayloadTooLarge, match=r"limits\.max_part_bytes"):
         admit_request(frame_request(image * 2, "x", 4), 2 * len(image) + 1, side)
     ok = admit_request(frame_request(image, "What is here?", 4), len(image) + 13,
-                       RequestSide(RequestLimits(), demo_engine.preflight_context()))
+                       RequestSide(RequestLimits(), preflight_context(demo_engine)))
     assert ok.counts["image"] == 1 and ok.budget.vision_tokens > 0
 

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from edgevlm.engine import Engine
-from edgevlm.pipeline.prepare import prepare_media
+from edgevlm.pipeline.preflight import bounds_for, preflight_context
+from edgevlm.tokenizer import tokenize_chat
+from edgevlm.vision.prepare import Preparation, prepare_media
 from edgevlm.wire.protocol import parse_request
 from tests.native.conftest import CASES, FIXTURES, MODELS, golden
 
@@ -54,13 +56,15 @@ def test_prompt_assembly_matches_transformers(model: str, case: str, engines: di
     from edgevlm.engine.engine import _normalise_messages
 
     request = parse_request({"messages": _normalise_messages(messages)})
-    prepared = prepare_media(request, engine.preflight_context(), engine.facts, None)
+    ctx = preflight_context(engine)
+    prepared = prepare_media(request, Preparation(engine.facts, ctx.family,
+                                                  bounds_for(ctx, request), ctx.media))
     for kind, key in (("image", "pixel_values"), ("video", "pixel_values_videos")):
         ours = [p.pixels.pixel_values for p in prepared if p.kind == kind and p.pixels]
         if ours:
             np.testing.assert_array_max_ulp(np.concatenate(ours), g[key], maxulp=1)
     media, _ = engine.encode_prepared(prepared)
-    prompt = engine.prompt_for(request, media)
+    prompt = engine.prompt_for(tokenize_chat(request.messages, engine.tokenizer), media)
     assert prompt.tokens.tolist() == g["input_ids"].tolist()
     assert prompt.positions.tolist() == g["position_ids"].tolist()
     assert prompt.rope_delta == int(g["rope_delta"])

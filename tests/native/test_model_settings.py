@@ -9,7 +9,7 @@ from edgevlm.config import default_config
 from edgevlm.engine import Engine
 from edgevlm.engine.engine import _normalise_messages
 from edgevlm.models import demo_model_dir
-from edgevlm.pipeline.preflight import preflight
+from edgevlm.pipeline.preflight import preflight, preflight_context
 from edgevlm.service import load_engine
 from edgevlm.wire.protocol import parse_request
 from tests.helpers import image_bytes
@@ -22,7 +22,7 @@ def _answer_usage(engine: Engine, image: bytes) -> tuple[int, int]:
                                               "there?"}]}]
     result = engine.generate(messages, max_tokens=2, temperature=0.0)
     request = parse_request({"messages": _normalise_messages(messages), "max_tokens": 2})
-    budget = preflight(request, engine.preflight_context())
+    budget = preflight(request, preflight_context(engine))
     return budget.vision_tokens, result.vision_tokens
 
 

@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 
 from edgevlm.config import ConfigError, load_config
+from edgevlm.core.native import ModelLoadError, ffi, lib
 from edgevlm.engine.model import ModelFiles, NativeModel
-from edgevlm.engine.native import ModelLoadError, ffi, lib
 from edgevlm.engine.session import NativeSession
 from edgevlm.wire.errors import wire_error
 from edgevlm.wire.protocol import parse_request

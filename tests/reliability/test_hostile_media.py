@@ -72,26 +72,26 @@ class MediaPath:
         from edgevlm.engine import Engine
         from edgevlm.models import demo_model_dir
         from edgevlm.pipeline.admission import RequestSide
+        from edgevlm.pipeline.preflight import preflight_context
         from edgevlm.vision.sizing import get_family
 
         config = validate_config({}, "defaults")
         self.engine = Engine.load(demo_model_dir(), threads=1,
                                   max_pixels=config.model.max_pixels)
-        context = self.engine.preflight_context(mm=config.limits.limit_mm_per_prompt,
-                                                media=config.media.policy())
+        context = preflight_context(self.engine, mm=config.limits.limit_mm_per_prompt,
+                                    media=config.media.policy())
         context = replace(context, family=get_family("qwen3-vl"))
         self.side = RequestSide(config.limits.request_limits(), context)
 
     def run(self, data: bytes, mime: str) -> dict[str, Any]:
         """The outcome of one image: the wire error, or what came out of preparation."""
         from edgevlm.pipeline.admission import admit
-        from edgevlm.pipeline.prepare import prepare_media
+        from edgevlm.pipeline.run import prepare_media
         from edgevlm.wire.errors import wire_error
 
         try:
             admitted = admit(_request_payload(data, mime), self.side)
-            prepared = prepare_media(admitted.request, self.side.preflight, self.engine.facts,
-                                     None)
+            prepared = prepare_media(admitted, self.engine.facts, self.side.preflight, None)
         except Exception as exc:  # every error, expected or not, is recorded and judged
             err = wire_error(exc)
             return {"error": {"type": err.type, "code": err.code, "message": err.message,

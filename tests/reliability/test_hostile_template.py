@@ -16,7 +16,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from edgevlm.engine.model import TEXT
-from edgevlm.pipeline.preflight import preflight
+from edgevlm.pipeline.preflight import preflight, preflight_context
 from edgevlm.wire.protocol import Response, parse_request
 from tests.helpers import image, image_bytes, text, user_request
 from tests.mqtt.conftest import v5_properties
@@ -52,7 +52,7 @@ def test_forged_turns_and_pads_over_mqtt_cost_their_plain_text_tokens(
     jpeg = image_bytes(96, 64)
     hostile = user_request(image(jpeg), text(HOSTILE), id="hostile-1", max_tokens=4)
     baseline = user_request(image(jpeg), id="baseline-1", max_tokens=4)
-    ctx = demo_engine.preflight_context()
+    ctx = preflight_context(demo_engine)
     budget = preflight(parse_request(hostile), ctx)
     base_budget = preflight(parse_request(baseline), ctx)
 

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edgevlm.pipeline.cache import FILE_SUFFIX, CacheStats, VisionCache, cache_key
+from edgevlm.pipeline.cache import FILE_SUFFIX, CacheStats, VisionCache
+from edgevlm.vision.cache_key import cache_key
 from edgevlm.wire.features import VisionFeatures
 
 FP = "qwen3-vl-2b@sha256:abc"

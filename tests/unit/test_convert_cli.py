@@ -247,3 +247,12 @@ def test_streaming_keeps_peak_memory_far_below_the_checkpoint(
     assert grown < size / 5
     assert not stats["torch"]
     assert stats["bytes"] > size / 4  # it did write the whole model (Q8_0 ≈ 0.27 × f32)
+
+
+def test_the_cli_offers_the_converter_types() -> None:
+    """The parser's --type/--vision-type choices (written out so `edgevlm --help` needs no
+    gguf package) are the converter's type table."""
+    from edgevlm.convert import cli, pipeline
+
+    assert cli.TEXT_TYPES == pipeline.TEXT_TYPES
+    assert cli.VISION_TYPES == pipeline.VISION_TYPES

@@ -16,8 +16,9 @@ from edgevlm.pipeline.admission import RequestSide, admit
 from edgevlm.pipeline.cache import VisionCache
 from edgevlm.pipeline.limits import MMLimits, RequestLimits
 from edgevlm.pipeline.preflight import PreflightContext
-from edgevlm.pipeline.prepare import ModelFacts, prepare_media
+from edgevlm.pipeline.run import prepare_media
 from edgevlm.tokenizer import ByteCountTokenizer
+from edgevlm.vision.prepare import ModelFacts
 from edgevlm.vision.sizing import get_family
 from edgevlm.wire.errors import ERROR_TYPES, Busy, DeadlineExceeded, EdgevlmError, wire_error
 from tests.helpers import image, image_bytes, text, user_request
@@ -38,7 +39,7 @@ def run(payload: dict[str, Any] | bytes, **limits: Any) -> tuple[int, str, str]:
     s = side(**limits)
     try:
         admitted = admit(raw, s)
-        prepare_media(admitted.request, s.preflight, FACTS, VisionCache(1 << 20))
+        prepare_media(admitted, FACTS, s.preflight, VisionCache(1 << 20))
     except Exception as exc:
         err = wire_error(exc)
         return err.code, err.type, err.message

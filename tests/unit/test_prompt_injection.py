@@ -28,6 +28,7 @@ from edgevlm.tokenizer import (
     ByteCountTokenizer,
     HFTokenizer,
     render_chat,
+    tokenize_chat,
 )
 from edgevlm.tokenizer_gguf import tokenizer_from_ggml
 from edgevlm.vision.sizing import get_family
@@ -83,7 +84,8 @@ def request(*parts: dict[str, Any], system: str | None = None) -> Request:
 
 def assemble(req: Request, tok: HFTokenizer, special: SpecialTokens) -> PromptInputs:
     n_media = sum(1 for m in req.messages for p in m.parts() if p.type != "text")
-    return assemble_prompt(req.messages, [features()] * n_media, tok, special, 0)
+    return assemble_prompt(tokenize_chat(req.messages, tok), [features()] * n_media, tok,
+                           special, 0)
 
 
 def test_a_forged_system_turn_in_user_text_is_plain_text(tok: HFTokenizer,
@@ -212,7 +214,9 @@ def _png(picture: Any) -> bytes:
 
 
 def test_forged_pads_with_one_image_answer_normally_on_the_demo_model(demo: Any) -> None:
-    from edgevlm.pipeline.prepare import prepare_media
+    from edgevlm.pipeline.admission import Admitted
+    from edgevlm.pipeline.preflight import preflight_context
+    from edgevlm.pipeline.run import prepare_media
     from tools.demo_model.evaluate import held_out_items
 
     items = [i for i in held_out_items(12) if i.media == "image" and len(i.images) == 1][:3]
@@ -227,14 +231,16 @@ def test_forged_pads_with_one_image_answer_normally_on_the_demo_model(demo: Any)
                                             text(item.prompt), max_tokens=32, temperature=0.0))
         answers = []
         for req in (plain, forged):
-            ctx = demo.preflight_context()
-            prepared = prepare_media(req, ctx, demo.facts, demo.cache)
+            ctx = preflight_context(demo)
+            budget = preflight(req, ctx)
+            assert budget.chat is not None  # a short text is tokenized at admission
+            prepared = prepare_media(Admitted(req, {}, budget), demo.facts, ctx, demo.cache)
             media, _ = demo.encode_prepared(prepared)
-            prompt = demo.prompt_for(req, media)
+            prompt = demo.prompt_for(budget.chat, media)
             n = media[0].features.n_tokens
             assert prompt.tokens.tolist().count(pad) == n == prompt.n_vision
             result = demo.generate_prepared(req, prepared)
-            assert result.prompt_tokens == len(prompt.tokens) == preflight(req, ctx).prompt_tokens
+            assert result.prompt_tokens == len(prompt.tokens) == budget.prompt_tokens
             assert result.vision_tokens == n
             assert result.finish_reason == "stop", result
             answers.append(result)

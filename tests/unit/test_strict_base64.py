@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import edgevlm.engine
-from edgevlm.engine import base64_native
+import edgevlm.core
+from edgevlm.core import base64_native
 from edgevlm.wire import strict_base64
 
 ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
@@ -52,8 +52,8 @@ def native(text: str | bytes, scalar: bool) -> bytes | None:
 
 def hide_native_decoder(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the import of the native decoder fail, as on an install without the core."""
-    monkeypatch.setitem(sys.modules, "edgevlm.engine.base64_native", None)
-    monkeypatch.delattr(edgevlm.engine, "base64_native")
+    monkeypatch.setitem(sys.modules, "edgevlm.core.base64_native", None)
+    monkeypatch.delattr(edgevlm.core, "base64_native")
     strict_base64._native.cache_clear()
     assert strict_base64._native() is None
 

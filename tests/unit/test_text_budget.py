@@ -31,14 +31,16 @@ from edgevlm.pipeline.limits import RequestLimits
 from edgevlm.pipeline.preflight import (
     ADMISSION_TOKENIZE_BYTES,
     PreflightContext,
-    check_text_fits,
+    preflight_context,
     text_size,
 )
-from edgevlm.pipeline.prepare import prepare_media
+from edgevlm.pipeline.run import run_admitted
 from edgevlm.tokenizer import (
     QWEN_ADDED_TOKENS,
     ByteCountTokenizer,
     HFTokenizer,
+    TextTokenizer,
+    count_chat,
     render_segments,
     utf8_bounds,
 )
@@ -135,7 +137,7 @@ def test_every_text_lies_between_its_length_bounds(tok: HFTokenizer) -> None:
         assert -(-low // tok.max_token_bytes) <= n <= high, (sample[:60], n, low, high)
         req = parse_request(user_request(text(sample), max_tokens=1))
         size = text_size(req)
-        exact = check_text_fits(req, tok, 10**9)
+        exact = _text_tokens(req, tok)
         assert size.lower_tokens(tok.max_token_bytes) <= exact <= size.upper_tokens()
 
 
@@ -210,6 +212,13 @@ class Spy:
         self.lengths.append(len(text))
         return self.inner.count_text(text)
 
+    def encode_text(self, text: str) -> list[int]:
+        self.lengths.append(len(text))
+        return self.inner.encode_text(text)
+
+    def control_id(self, token: str) -> int:
+        return self.inner.control_id(token)
+
 
 def _words(n_bytes: int, seed: int = 0) -> str:
     rng = random.Random(seed)
@@ -279,7 +288,8 @@ def test_a_short_text_is_counted_exactly_at_admission() -> None:
     body = _words(ADMISSION_TOKENIZE_BYTES - 40)
     budget = admit(_payload(body), _side(spy)).budget
     assert budget.text_exact
-    assert budget.text_tokens == check_text_fits(parse_request(_payload(body)), spy.inner, 4096)
+    assert budget.text_tokens == _text_tokens(parse_request(_payload(body)), spy.inner)
+    assert budget.chat is not None and budget.chat.tokens == budget.text_tokens  # kept
     assert max(spy.lengths) <= ADMISSION_TOKENIZE_BYTES
     # over the context by its exact count: the numbers of the prompt
     with pytest.raises(ContextLengthExceeded, match=r"^prompt is \d+ tokens \(text \d+, "
@@ -314,19 +324,28 @@ def _timed(fn: Callable[[str], int], arg: str) -> float:
 # --------------------------------------------------------------------------- the worker
 
 
-def test_the_worker_refuses_a_long_text_before_the_vision_encoder(
+def _text_tokens(req: Any, tok: TextTokenizer) -> int:
+    """The exact text tokens of a request (its items' 3 placeholder tokens each left out)."""
+    return count_chat(req.messages, tok) - 3 * sum(1 for p in req.parts() if p.type != "text")
+
+
+def test_the_worker_refuses_a_long_text_before_decoding_any_media(
         monkeypatch: pytest.MonkeyPatch) -> None:
+    import edgevlm.pipeline.run
+
     engine = Engine.load(demo_model_dir(), threads=1, context=4096)
     payload = _payload(_words(40_000), 16, image(image_bytes(64, 64)))
-    side = RequestSide(RequestLimits(), engine.preflight_context())
-    budget = admit(payload, side).budget  # admitted on its upper bound
-    assert not budget.text_exact
-    req = parse_request(payload)
-    prepared = prepare_media(req, engine.preflight_context(), engine.facts, None)
+    side = RequestSide(RequestLimits(), preflight_context(engine))
+    admitted = admit(payload, side)
+    budget = admitted.budget  # admitted on its upper bound
+    assert not budget.text_exact and budget.chat is None
+    req = admitted.request
+    monkeypatch.setattr(edgevlm.pipeline.run, "prepare_request_media",
+                        lambda *a: pytest.fail("the media were decoded"))
     monkeypatch.setattr(engine, "encode_prepared", lambda *a: pytest.fail("the ViT ran"))
     with pytest.raises(ContextLengthExceeded) as info:
-        engine.generate_prepared(req, prepared)
-    text_tokens = check_text_fits(req, engine.tokenizer, 10**9)
+        run_admitted(engine, admitted, side.preflight)
+    text_tokens = _text_tokens(req, engine.tokenizer)
     vision = budget.vision_tokens  # the image's grid, as admission counted it
     assert info.value.message.startswith(
         f"prompt is {text_tokens + vision} tokens (text {text_tokens}, vision {vision}: "
@@ -345,7 +364,7 @@ def test_text_pieces_are_the_ones_count_chat_tokenizes() -> None:
     assert [high for _, high in size.pieces] == [len(p.encode()) for p in pieces]
     assert size.message_bytes == len("be brief") + 2
     bytes_tok = ByteCountTokenizer()
-    assert check_text_fits(req, bytes_tok, 10**6) == size.upper_tokens()
+    assert _text_tokens(req, bytes_tok) == size.upper_tokens()
 
 
 def test_the_config_key_and_its_default() -> None:

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from .gguf_stream import ProgressEvent
 
 # The gguf package (the `convert` extra) is imported only when a conversion runs, so the
-# edgevlm command works without it. pipeline.py checks these against its type table.
+# edgevlm command works without it. tests/unit/test_convert_cli.py checks them against the
+# converter's type table (convert/pipeline.py).
 TEXT_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
 VISION_TYPES = ("f32", "f16", "bf16", "q8_0")
 

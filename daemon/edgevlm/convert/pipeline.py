@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from . import cli as cli_types
 from .errors import ConvertError, ConvertInputError
 from .gguf_stream import ProgressFn, StreamState, WrittenFile, patch_string_value, write_gguf
 from .hf_config import load_generation_params, load_model_config, load_processor_params
@@ -36,8 +35,6 @@ TEXT_FILE = "model.gguf"
 VISION_FILE = "mmproj.gguf"
 TEXT_TYPES = tuple(TYPE_BY_NAME)
 VISION_TYPES = tuple(t for t in TYPE_BY_NAME if t != "q4_0")
-assert (TEXT_TYPES, VISION_TYPES) == (cli_types.TEXT_TYPES, cli_types.VISION_TYPES), \
-    "keep the type lists of convert/cli.py in step with TYPE_BY_NAME"
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,11 @@
 """``Engine``: load a Qwen3-VL GGUF pair and answer chat messages with images and video.
 
-It reuses the request side (protocol parsing, media preparation, preprocessing, the vision
-cache) so the Python API, the CLI and the daemon run exactly the same path:
-messages -> request -> prepared media (cache / decode / patchify) -> ViT for cache misses ->
-prompt assembly -> prefill -> sampled decode with stop rules.
+The daemon's pipeline hands it prepared media and a tokenized chat
+(:meth:`Engine.generate_prepared`); the Python API's :meth:`Engine.generate` prepares them
+itself from the same lower layers (protocol parsing in ``wire``, media preparation in
+``vision.prepare``), so both run the same path: prepared media (cache / decode / patchify) ->
+ViT for cache misses -> prompt assembly -> prefill -> sampled decode with stop rules
+(:mod:`.decode`). Nothing here imports the pipeline or a front door.
 """
 
 from __future__ import annotations
@@ -14,23 +16,21 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 from PIL import Image
 
-from ..pipeline.cache import VisionCache
-from ..pipeline.limits import MMLimits
-from ..pipeline.preflight import PreflightContext
-from ..pipeline.prepare import ModelFacts, PreparedMedia, prepare_media
+from ..tokenizer import ChatTokens, tokenize_chat
 from ..vision.decode import MediaPolicy, decode_for_resize
+from ..vision.prepare import FeatureCache, ModelFacts, Preparation, PreparedMedia, prepare_media
 from ..vision.preprocess import PixelInput, image_planes, planes_to_pixels
-from ..vision.sizing import pixel_bounds, resize_rule
+from ..vision.sizing import media_bounds, pixel_bounds, resize_rule
+from ..wire.context import check_context
 from ..wire.features import VisionFeatures
 from ..wire.protocol import Request, parse_request
+from .decode import GenerationResult, Sampling, decode
 from .model import (
     ModelFiles,
     NativeModel,
@@ -41,24 +41,13 @@ from .model import (
     model_family,
     special_tokens,
 )
-from .prompt import PromptMedia
+from .prompt import PromptInputs, PromptMedia
 from .session import NativeSession
 from .stopping import StopChecker
 
+__all__ = ["Engine", "GenerationResult", "SamplingDefaults"]
+
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class GenerationResult:
-    text: str
-    tokens: list[int]
-    finish_reason: str                # stop | length | cancelled
-    prompt_tokens: int
-    vision_tokens: int
-    metrics: dict[str, float]
-    deepstack: bool
-    cache: list[tuple[bool, str]] = field(default_factory=list)  # (hit, key) per image/video
-    logits: npt.NDArray[np.float32] | None = None   # [steps, vocab] when requested
 
 
 @dataclass(frozen=True)
@@ -121,7 +110,7 @@ class Engine:
 
     def __init__(self, files: ModelFiles, threads: int = 4, context: int = 4096,
                  kv_type: str = "f32", batch: int = 256, max_pixels: int | None = 1_003_520,
-                 cache: VisionCache | None = None,
+                 cache: FeatureCache | None = None,
                  progress: Callable[[str], None] | None = None,
                  precision: str = "exact", min_pixels: int | None = None,
                  family: str | None = None) -> None:
@@ -188,23 +177,6 @@ class Engine:
                                 top_k=top_k if top_k is not None else 0,
                                 top_p=top_p if top_p is not None else 1.0)
 
-    # ------------------------------------------------------------------ request-side context
-
-    def preflight_context(self, context: int | None = None, mm: MMLimits | None = None,
-                          media: MediaPolicy | None = None) -> PreflightContext:
-        return PreflightContext(family=self.family, context_length=context or self.context,
-                                tokenizer=self.tokenizer, media=media or MediaPolicy(),
-                                mm=mm or MMLimits(), max_pixels=self.max_pixels,
-                                min_pixels=self.min_pixels, ref_tokens=self._ref_tokens,
-                                hidden_size=self.facts.hidden_size,
-                                deepstack_layers=self.facts.deepstack_layers)
-
-    def _ref_tokens(self, key: str) -> int | None:
-        if self.cache is None:
-            return None
-        features = self.cache.peek(key)
-        return features.n_tokens if features is not None else None
-
     # ------------------------------------------------------------------ vision
 
     def encode_pixels(self, pixels: PixelInput) -> VisionFeatures:
@@ -235,7 +207,13 @@ class Engine:
                                  **{k: v for k, v in params.items()
                                     if k not in ("on_text", "want_logits")}})
         t0 = time.perf_counter()
-        prepared = prepare_media(request, self.preflight_context(), self.facts, self.cache)
+        kwargs = request.mm_processor_kwargs
+        bounds = media_bounds(self.family, max_pixels=self.max_pixels,
+                              min_pixels=self.min_pixels,
+                              request_min=kwargs.min_pixels if kwargs else None,
+                              request_max=kwargs.max_pixels if kwargs else None)
+        prepared = prepare_media(request, Preparation(self.facts, self.family, bounds,
+                                                      MediaPolicy(), self.cache))
         media_ms = (time.perf_counter() - t0) * 1e3
         return self.generate_prepared(request, prepared, media_ms=media_ms,
                                       on_text=params.get("on_text"),
@@ -246,11 +224,50 @@ class Engine:
 
     def generate_prepared(self, request: Request, prepared: Sequence[PreparedMedia],
                           media_ms: float = 0.0, on_text: Callable[[str], None] | None = None,
-                          want_logits: bool = False) -> GenerationResult:
-        from .generate import run_generation
-
+                          want_logits: bool = False, *, chat: ChatTokens | None = None,
+                          checked: bool = False) -> GenerationResult:
+        """Answer ``request`` with its prepared media. ``chat``: its chat template already
+        tokenized (admission's); ``checked``: the context check already ran (admission's
+        budget); otherwise it runs here, on the assembled prompt, before the prefill."""
+        t_start = time.perf_counter()
+        if chat is None:
+            chat = tokenize_chat(request.messages, self.tokenizer)
         with self._lock:
-            return run_generation(self, request, prepared, media_ms, on_text, want_logits)
+            media, encode_ms = self.encode_prepared(prepared)
+            prompt = self.prompt_for(chat, media)
+            if not checked:
+                check_context(len(prompt.tokens) - prompt.n_vision, prompt.n_vision,
+                              request.max_tokens, self.session.n_ctx,
+                              ", ".join(f"{p.path} {m.features.n_tokens}"
+                                        for p, m in zip(prepared, media, strict=True))
+                              or "none")
+            done = decode(self.session, prompt, self._sampling(request), request.max_tokens,
+                          self.stop_checker(request.stop), on_text, want_logits)
+        n_out = done.n_sampled
+        total_ms = (done.decode_end_at - t_start) * 1e3 + media_ms
+        ttft_ms = (done.first_token_at - t_start) * 1e3 + media_ms if n_out else 0.0
+        tpot_ms = ((done.decode_end_at - done.first_token_at) * 1e3 / max(n_out - 1, 1)
+                   if n_out > 1 else 0.0)
+        return GenerationResult(
+            text=done.stopper.text, tokens=list(done.stopper.tokens),
+            finish_reason=done.finish_reason, prompt_tokens=len(prompt.tokens),
+            vision_tokens=prompt.n_vision,
+            metrics={"media_ms": media_ms, "encode_ms": encode_ms,
+                     "prefill_ms": done.prefill_ms, "ttft_ms": ttft_ms, "tpot_ms": tpot_ms,
+                     "total_ms": total_ms, "completion_tokens": float(n_out)},
+            deepstack=all(m.features.has_deepstack for m in media) if media else True,
+            cache=[(p.cache_hit, p.cache_key) for p in prepared if p.cache_key],
+            logits=done.logits)
+
+    def _sampling(self, request: Request) -> Sampling:
+        d = self.sampling
+
+        def pick(value: Any, default: Any) -> Any:
+            return value if value is not None else default
+
+        return Sampling(pick(request.temperature, d.temperature), pick(request.top_k, d.top_k),
+                        pick(request.top_p, d.top_p),
+                        pick(request.repetition_penalty, d.repetition_penalty), request.seed)
 
     def encode_prepared(self, prepared: Sequence[PreparedMedia]) -> tuple[list[PromptMedia],
                                                                             float]:
@@ -270,9 +287,11 @@ class Engine:
             media.append(PromptMedia(features, item.kind == "video", item.timestamps))
         return media, encode_ms
 
-    def prompt_for(self, request: Request, media: Sequence[PromptMedia]) -> Any:
-        return self.architecture.assemble_prompt(request.messages, media, self.tokenizer,
-                                                 self.special, self.session.n_deepstack)
+    def prompt_for(self, chat: ChatTokens, media: Sequence[PromptMedia]) -> PromptInputs:
+        """The prompt of a tokenized chat with its media's features, laid out by the family."""
+        prompt: PromptInputs = self.architecture.assemble_prompt(
+            chat, media, self.tokenizer, self.special, self.session.n_deepstack)
+        return prompt
 
     def stop_checker(self, stop: Sequence[str]) -> StopChecker:
         return StopChecker(self.tokenizer, self.special.eos, stop)

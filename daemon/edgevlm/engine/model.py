@@ -12,10 +12,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..core.native import c_string, ffi, lib, load_error
 from ..tokenizer import HFTokenizer
 from ..vision.sizing import Family, get_family
 from .families import ModelFamily, family_for
-from .native import c_string, ffi, lib, load_error
 
 _new_uncleared = ffi.new_allocator(should_clear_after_alloc=False)
 

@@ -22,9 +22,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from ..tokenizer import Control, HFTokenizer, render_segments
+from ..tokenizer import ChatTokens, HFTokenizer
 from ..wire.features import VisionFeatures
-from ..wire.protocol import Message
 
 if TYPE_CHECKING:
     from .model import SpecialTokens  # model.py loads the families, which use this module
@@ -71,18 +70,16 @@ def _media_tokens(media: PromptMedia, special: SpecialTokens, tok: HFTokenizer
     return runs
 
 
-def assemble_prompt(messages: Sequence[Message], media: Sequence[PromptMedia],
-                    tok: HFTokenizer, special: SpecialTokens, n_deepstack: int
-                    ) -> PromptInputs:
-    pieces = render_segments(messages)
-    if len(media) != sum(1 for p in pieces if isinstance(p, int)):
+def assemble_prompt(chat: ChatTokens, media: Sequence[PromptMedia], tok: HFTokenizer,
+                    special: SpecialTokens, n_deepstack: int) -> PromptInputs:
+    """The prompt of a tokenized chat (:func:`edgevlm.tokenizer.tokenize_chat`) with each
+    media slot expanded to its placeholder run, in order."""
+    if len(media) != sum(1 for p in chat.pieces if isinstance(p, int)):
         raise ValueError("the number of media features does not match the prompt's media parts")
     runs: list[tuple[list[int], tuple[int, int] | None]] = []
-    for piece in pieces:
-        if isinstance(piece, Control):
-            runs.append(([tok.control_id(piece.token)], None))
-        elif isinstance(piece, str):
-            runs.append((tok.encode_text(piece), None))
+    for piece in chat.pieces:
+        if isinstance(piece, tuple):
+            runs.append((list(piece), None))
         else:
             runs.extend(_media_tokens(media[piece], special, tok))
 

@@ -7,10 +7,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..core.native import c_string, ffi, lib, load_error, raise_for_status
 from ..vision.preprocess import PixelInput
 from ..wire.features import VisionFeatures
 from .model import NativeModel
-from .native import c_string, ffi, lib, load_error, raise_for_status
 from .prompt import PromptInputs
 
 F32 = npt.NDArray[np.float32]

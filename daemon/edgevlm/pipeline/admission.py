@@ -8,8 +8,9 @@ whose wire form comes from :func:`edgevlm.wire.errors.wire_error`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ..vision.prepare import PreparedMedia
 from ..wire.errors import EdgevlmError, PayloadTooLarge
 from ..wire.protocol import Request, parse_request
 from .limits import RequestLimits, check_request_limits, count_items
@@ -24,11 +25,18 @@ class RequestSide:
     preflight: PreflightContext
 
 
-@dataclass(frozen=True)
+@dataclass
 class Admitted:
+    """One admitted request: the job the pipeline carries from admission to the engine.
+
+    ``budget`` holds what admission decided (token counts, the pixel bounds, the tokenized
+    chat); the worker fills ``media`` (:func:`edgevlm.pipeline.run.run_admitted`). Nothing
+    downstream computes them again."""
+
     request: Request
     counts: dict[str, int]
     budget: Budget
+    media: list[PreparedMedia] = field(default_factory=list)  # prepared on the worker
 
 
 def admit(payload: bytes, side: RequestSide) -> Admitted:

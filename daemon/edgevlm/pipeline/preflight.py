@@ -17,8 +17,12 @@ was checked already (:func:`~edgevlm.pipeline.limits.check_request_limits`); a t
 bound
 (bytes / the longest token's bytes) cannot fit is refused here without tokenizing; a text of at
 most :data:`ADMISSION_TOKENIZE_BYTES` is tokenized exactly (a few ms); a longer one is admitted
-on its *upper* bound (one token per byte) and the worker counts it exactly before the vision
-encoder runs (:func:`check_text_fits`; the same ``context_length_exceeded``).
+on its *upper* bound (one token per byte) and the worker counts it exactly before any media
+is decoded (:func:`count_long_text`; the same ``context_length_exceeded``, from the one check
+:func:`edgevlm.wire.context.check_context`).
+
+The budget keeps what it decided for the worker: the pixel bounds of the request's images and
+clips, and the tokenized chat when it was counted here.
 """
 
 from __future__ import annotations
@@ -26,13 +30,23 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..tokenizer import Control, TextTokenizer, count_chat, render_segments, utf8_bounds
+from ..tokenizer import (
+    ChatTokens,
+    Control,
+    IdTokenizer,
+    TextTokenizer,
+    count_chat,
+    render_segments,
+    tokenize_chat,
+    utf8_bounds,
+)
 from ..vision.decode import ImageHeader, MediaPolicy, probe_image
-from ..vision.sizing import Family, image_tokens, pixel_bounds, video_tokens
+from ..vision.sizing import Family, MediaBounds, image_tokens, media_bounds, video_tokens
 from ..wire import strict_base64
-from ..wire.errors import CacheMiss, ContextLengthExceeded, UnsupportedMedia, UnsupportedModality
+from ..wire.context import check_context
+from ..wire.errors import CacheMiss, UnsupportedMedia, UnsupportedModality
 from ..wire.protocol import (
     ImagePart,
     ImageRefPart,
@@ -45,6 +59,9 @@ from ..wire.protocol import (
 )
 from ..wire.vision_tokens import check_vision_tokens, checked_grid
 from .limits import MMLimits, message_text_bytes
+
+if TYPE_CHECKING:
+    from ..engine import Engine
 
 # Headers are probed from a prefix of the base64: 4 KiB first (a plain JPEG/PNG/WebP header),
 # then 64 KiB (big EXIF blocks with thumbnails), then the whole file.
@@ -80,8 +97,17 @@ class Budget:
     items: tuple[BudgetItem, ...]
     tokenizer: str
     # False: text_tokens (and prompt_tokens) are an upper bound, the text was too long to
-    # tokenize at admission; the worker counts it (check_text_fits)
+    # tokenize at admission; the worker counts it (count_long_text)
     text_exact: bool = True
+    # what the worker uses as decided here: the pixel bounds, the tokenized chat (None: not
+    # tokenized here, a long text or a tokenizer without ids)
+    bounds: MediaBounds | None = field(default=None, compare=False, repr=False)
+    chat: ChatTokens | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def items_text(self) -> str:
+        """The items' tokens as the context message lists them."""
+        return ", ".join(f"{i.path} {i.tokens}" for i in self.items) or "none"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -137,19 +163,14 @@ def header_of(source: str | InlineBytes | Any, policy: MediaPolicy, path: str) -
         raise UnsupportedMedia(f"{path}: {exc.message}", code=exc.status_code) from None
 
 
-def pixel_bounds_for(ctx: PreflightContext, modality: str, request: Request) -> tuple[int, int]:
-    """Effective (min, max) pixels of an image or video frame of this request."""
-    caps = [c for c in (ctx.max_pixels, _option_max(ctx.mm, modality)) if c is not None]
+def bounds_for(ctx: PreflightContext, request: Request) -> MediaBounds:
+    """Effective (min, max) pixels of this request's images and clips."""
     kwargs = request.mm_processor_kwargs
-    req_min = kwargs.min_pixels if kwargs else None
-    req_max = kwargs.max_pixels if kwargs else None
-    if req_min is None:
-        req_min = ctx.min_pixels
-    video = modality == "video"
-    if video and ctx.family.video_min_pixels is None:
-        raise UnsupportedModality(f"video is not supported by the {ctx.family.name} family; "
-                                  "send the frames as images")
-    return pixel_bounds(ctx.family, min(caps) if caps else None, req_min, req_max, video=video)
+    return media_bounds(ctx.family, max_pixels=ctx.max_pixels, min_pixels=ctx.min_pixels,
+                        request_min=kwargs.min_pixels if kwargs else None,
+                        request_max=kwargs.max_pixels if kwargs else None,
+                        image_cap=_option_max(ctx.mm, "image"),
+                        video_cap=_option_max(ctx.mm, "video"))
 
 
 def _option_max(mm: MMLimits, modality: str) -> int | None:
@@ -157,11 +178,12 @@ def _option_max(mm: MMLimits, modality: str) -> int | None:
     return limit.max_pixels if limit else None
 
 
-def _media_item(path: str, part: Any, request: Request, ctx: PreflightContext) -> BudgetItem:
+def _media_item(path: str, part: Any, bounds: MediaBounds, ctx: PreflightContext
+                ) -> BudgetItem:
     if isinstance(part, ImagePart | ImageUrlPart):
         source = part.image if isinstance(part, ImagePart) else part.image_url
         header = header_of(source, ctx.media, path)
-        lo, hi = pixel_bounds_for(ctx, "image", request)
+        lo, hi = bounds.image
         sized = image_tokens(header.width, header.height, ctx.family, lo, hi)
         return BudgetItem(path, "image", sized.tokens_with_markers, MappingProxyType({
             "width": header.width, "height": header.height, **sized.to_json()}))
@@ -191,7 +213,10 @@ def _media_item(path: str, part: Any, request: Request, ctx: PreflightContext) -
             raise UnsupportedMedia(f"{path}.video_frames.{k}: frame is {h.width}x{h.height}, "
                                    f"frame 0 is {first.width}x{first.height}; all frames of a "
                                    "video must have the same size")
-    lo, hi = pixel_bounds_for(ctx, "video", request)
+    if bounds.video is None:
+        raise UnsupportedModality(f"video is not supported by the {ctx.family.name} family; "
+                                  "send the frames as images")
+    lo, hi = bounds.video
     video = video_tokens(len(headers), first.width, first.height, part.fps, ctx.family, lo, hi)
     timestamp_tokens = sum(ctx.tokenizer.count(ts) for ts in video.timestamps)
     tokens = video.vision_tokens + video.marker_tokens + timestamp_tokens
@@ -232,28 +257,15 @@ def text_size(request: Request) -> TextSize:
                     tuple(utf8_bounds(p) for p in pieces if isinstance(p, str)))
 
 
-def context_exceeded(text: int, vision: int, items: str, max_tokens: int, context: int,
-                     ) -> ContextLengthExceeded:
-    prompt = text + vision
-    return ContextLengthExceeded(
-        f"prompt is {prompt} tokens (text {text}, vision {vision}: {items}) + "
-        f"max_tokens {max_tokens} = {prompt + max_tokens}, the context is "
-        f"{context} (model.context); send smaller images "
-        "(mm_processor_kwargs.max_pixels), fewer items, or a lower max_tokens")
-
-
-def check_text_fits(request: Request, tokenizer: TextTokenizer, context: int,
-                    vision: int = 0, items: str = "none") -> int:
-    """The exact text tokens of ``request``; ``context_length_exceeded`` if they, ``vision``
-    and ``max_tokens`` cannot fit. The worker runs it when admission could not count the text
-    (longer than :data:`ADMISSION_TOKENIZE_BYTES`), before the vision encoder."""
-    media = sum(1 for p in request.parts()
-                if isinstance(p, ImagePart | ImageUrlPart | VisionTokensPart | ImageRefPart
-                              | VideoFramesPart))
-    text = count_chat(request.messages, tokenizer) - 3 * media
-    if text + vision + request.max_tokens > context:
-        raise context_exceeded(text, vision, items, request.max_tokens, context)
-    return text
+def count_long_text(request: Request, budget: Budget, tokenizer: IdTokenizer) -> ChatTokens:
+    """The tokenized chat of a request admitted on its text's upper bound
+    (``budget.text_exact`` False), checked against the context with the budget's vision
+    tokens; the worker runs it before any media is decoded."""
+    chat = tokenize_chat(request.messages, tokenizer)
+    text = chat.tokens - 3 * len(budget.items)  # the items count their own markers
+    check_context(text, budget.vision_tokens, request.max_tokens, budget.context,
+                  budget.items_text)
+    return chat
 
 
 def preflight(request: Request, ctx: PreflightContext) -> Budget:
@@ -261,37 +273,50 @@ def preflight(request: Request, ctx: PreflightContext) -> Budget:
 
     Bounded work: the text is tokenized only when it is short (see the module docstring)."""
     items: list[BudgetItem] = []
+    bounds = bounds_for(ctx, request)
     for i, message in enumerate(request.messages):
         for j, part in enumerate(message.parts()):
             if isinstance(part, ImagePart | ImageUrlPart | VisionTokensPart | ImageRefPart
                           | VideoFramesPart):
-                items.append(_media_item(f"messages.{i}.content.{j}", part, request, ctx))
+                items.append(_media_item(f"messages.{i}.content.{j}", part, bounds, ctx))
     vision = sum(item.tokens for item in items)
     per_item = ", ".join(f"{item.path} {item.tokens}" for item in items) or "none"
     tok = ctx.tokenizer
     size = text_size(request)
     short = tok.exact_is_cheap or size.high_bytes <= ADMISSION_TOKENIZE_BYTES
     if not short:  # a long text: refused on its length if even its fewest tokens cannot fit
-        lower = size.lower_tokens(tok.max_token_bytes)
-        if lower + vision + request.max_tokens > ctx.context_length:
-            raise ContextLengthExceeded(
-                f"the text is too long: {size.message_bytes} bytes of message text are at "
-                f"least {lower} tokens with the template (a token of this model is at most "
-                f"{tok.max_token_bytes} bytes); + vision {vision} ({per_item}) + max_tokens "
-                f"{request.max_tokens} = {lower + vision + request.max_tokens}, the context "
-                f"is {ctx.context_length} (model.context); send less text or a lower "
-                "max_tokens")
+        check_context(size.lower_tokens(tok.max_token_bytes), vision, request.max_tokens,
+                      ctx.context_length, per_item,
+                      text_lower_bound=(size.message_bytes, tok.max_token_bytes))
     exact = short or not tok.byte_level  # without an upper bound: tokenized, bounded by
-    if exact:                            # limits.max_text_bytes
-        rendered = count_chat(request.messages, tok)  # the ids the engine assembles
+    chat = None                          # limits.max_text_bytes
+    if exact:  # the ids the engine lays out (tokenized once, kept for the worker)
+        chat = tokenize_chat(request.messages, tok) if isinstance(tok, IdTokenizer) else None
+        rendered = chat.tokens if chat is not None else count_chat(request.messages, tok)
         # the rendering holds 3 tokens per item (start, pad, end); items count their own markers
         text_tokens = rendered - 3 * len(items)
     else:  # too long to tokenize here: one token per byte at most; the worker counts it
         text_tokens = size.upper_tokens()
-    prompt = text_tokens + vision
-    budget = Budget(text_tokens, vision, prompt, request.max_tokens, ctx.context_length,
-                    tuple(items), tok.name, exact)
-    if exact and prompt + request.max_tokens > ctx.context_length:
-        raise context_exceeded(text_tokens, vision, per_item, request.max_tokens,
-                               ctx.context_length)
+    budget = Budget(text_tokens, vision, text_tokens + vision, request.max_tokens,
+                    ctx.context_length, tuple(items), tok.name, exact, bounds, chat)
+    if exact:
+        check_context(text_tokens, vision, request.max_tokens, ctx.context_length, per_item)
     return budget
+
+
+def preflight_context(engine: Engine, context: int | None = None, mm: MMLimits | None = None,
+                      media: MediaPolicy | None = None) -> PreflightContext:
+    """The preflight's view of a loaded engine and the deployment's limits; an ``image_ref``
+    costs what the engine's cache holds for it."""
+    cache = engine.cache
+
+    def ref_tokens(key: str) -> int | None:
+        features = cache.peek(key) if cache is not None else None
+        return features.n_tokens if features is not None else None
+
+    return PreflightContext(family=engine.family, context_length=context or engine.context,
+                            tokenizer=engine.tokenizer, media=media or MediaPolicy(),
+                            mm=mm or MMLimits(), max_pixels=engine.max_pixels,
+                            min_pixels=engine.min_pixels, ref_tokens=ref_tokens,
+                            hidden_size=engine.facts.hidden_size,
+                            deepstack_layers=engine.facts.deepstack_layers)

@@ -274,3 +274,32 @@ def video_tokens(num_frames: int, width: int, height: int, fps: float, family: F
     timestamps = group_timestamps(num_frames, fps, temporal)
     return VideoTokens(resized_w, resized_h, padded, grid, per_group, per_group * grid[0],
                        timestamps, VISION_MARKERS_PER_ITEM * (1 + grid[0]))
+
+
+@dataclass(frozen=True)
+class MediaBounds:
+    """The effective ``(min_pixels, max_pixels)`` of one request's images and of its clips,
+    decided once (at admission, :func:`media_bounds`) and carried with the request to the
+    cache keys and the resize; ``video`` is None when the family has no video rules."""
+
+    image: tuple[int, int]
+    video: tuple[int, int] | None
+
+
+def media_bounds(family: Family, *, max_pixels: int | None, min_pixels: int | None,
+                 request_min: int | None, request_max: int | None,
+                 image_cap: int | None = None, video_cap: int | None = None) -> MediaBounds:
+    """The bounds of a request: ``max_pixels``/``min_pixels`` are the deployment's
+    (``model.max_pixels``/``model.min_pixels``), ``image_cap``/``video_cap`` a per-modality
+    cap (``limits.limit_mm_per_prompt.<modality>.max_pixels``), ``request_*`` the request's
+    ``mm_processor_kwargs``; :func:`pixel_bounds` applies them."""
+    floor = request_min if request_min is not None else min_pixels
+
+    def bounds(cap: int | None, video: bool) -> tuple[int, int]:
+        caps = [c for c in (max_pixels, cap) if c is not None]
+        return pixel_bounds(family, min(caps) if caps else None, floor, request_max,
+                            video=video)
+
+    return MediaBounds(bounds(image_cap, False),
+                       bounds(video_cap, True) if family.video_min_pixels is not None
+                       and family.video_max_pixels is not None else None)

@@ -3,7 +3,7 @@
 The language is the one ``binascii.a2b_base64(strict_mode=True)`` documents: no whitespace,
 no other alphabet, no leading, discontinuous or excess padding; the length (a multiple of 4)
 is checked here first, so a truncated payload is named as such. Decoding runs in the native
-core (:mod:`edgevlm.engine.base64_native`, SIMD, 20-40 times faster than binascii; a
+core (:mod:`edgevlm.core.base64_native`, SIMD, 20-40 times faster than binascii; a
 ``vision_tokens`` payload is 34 MB of base64) and falls back to binascii when the core is not
 built. Both paths accept exactly the same texts and give the same bytes:
 
@@ -88,7 +88,7 @@ def _check_length(text: str | bytes) -> None:
 def _native() -> ModuleType | None:
     """The native decoder, or None when the core is not built (then binascii decodes)."""
     try:
-        from ..engine import base64_native
+        from ..core import base64_native
     except ImportError:
         return None
     return base64_native

@@ -8,13 +8,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ...tokenizer import HFTokenizer
-    from ...wire.protocol import Message
+    from ...tokenizer import ChatTokens, HFTokenizer
     from ..model import SpecialTokens
     from ..prompt import PromptMedia
 
-# (messages, media, tokenizer, special tokens, DeepStack layers) -> the prompt's inputs
-PromptAssembler = Callable[["Sequence[Message]", "Sequence[PromptMedia]", "HFTokenizer",
+# (tokenized chat, media, tokenizer, special tokens, DeepStack layers) -> the prompt's inputs
+PromptAssembler = Callable[["ChatTokens", "Sequence[PromptMedia]", "HFTokenizer",
                             "SpecialTokens", int], Any]
 
 

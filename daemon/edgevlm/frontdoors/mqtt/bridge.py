@@ -27,6 +27,7 @@ from ... import __version__
 from ...config import Config
 from ...engine import Engine
 from ...metrics import Metrics
+from ...pipeline.cache import VisionCache
 from .replies import Replier
 from .topics import VERBS, Topics
 from .worker import Answered
@@ -112,8 +113,8 @@ class Bridge:
         self._json(self.topics.info, info, retain=True)
 
     def publish_health(self) -> None:
-        cache = self.engine.cache.stats() if self.engine.cache is not None else None
-        health = self.metrics.snapshot(cache)
+        cache = self.engine.cache
+        health = self.metrics.snapshot(cache.stats() if isinstance(cache, VisionCache) else None)
         if self.health_extra is not None:
             self.health_extra(health)
         self._json(self.topics.health, health, retain=True)

@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ...pipeline.admission import Admitted
 from ...sources.cameras import CameraFrame
 from ...wire.protocol import Request
 from .dedupe import RequestKey
@@ -28,7 +29,7 @@ class RequestJob:
     """An admitted request message."""
 
     key: RequestKey | None           # dedupe key (request id or a hash, and the payload's)
-    request: Request
+    admitted: Admitted               # the request and what admission decided for it
     verb: str
     route: Route
     acks: list[Ack]
@@ -39,16 +40,24 @@ class RequestJob:
     started: bool = False            # the worker has taken it (progress: "running")
     done: bool = False               # answered (progress messages stop)
 
+    @property
+    def request(self) -> Request:
+        return self.admitted.request
+
 
 @dataclass
 class CameraJob:
     """A camera frame to describe (no reply route: results go to the camera's topics)."""
 
     frame: CameraFrame
-    request: Request
+    admitted: Admitted               # the frame as an admitted describe request
     received: float
     deadline: float | None = None    # time.monotonic() after which it must not start
     group: str | None = None         # put_event's group (the camera of a Frigate event)
+
+    @property
+    def request(self) -> Request:
+        return self.admitted.request
 
 
 Job = RequestJob | CameraJob

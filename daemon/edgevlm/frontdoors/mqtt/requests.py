@@ -9,7 +9,7 @@ requester), dedupe by request id, payload and route (an id reused for other byte
 ``id_reused``), the deadline (v5 Message Expiry, ``deadline_ms``, else
 ``limits.default_deadline_ms``), and queue capacity (``busy``). Everything heavy runs on the
 worker. Requests arrive on two connections (the node's and the shared pool's,
-:mod:`.pool`); they are admitted one at a time.
+:mod:`.pool`); admission keeps no state between messages, so both network threads admit at once.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import dataclasses
 import hashlib
 import logging
 import re
-import threading
 import time
 from collections.abc import Callable
 
@@ -90,11 +89,7 @@ class RequestHandler:
         self.topics = topics
         self.replies = replies or ReplyPolicy.for_node(topics)
         self.refs = refs
-        # image_ref parts are opened for the requester of the message being admitted
-        self._cached_tokens = side.preflight.ref_tokens
-        self._requester: str | None = None
-        self.side = RequestSide(side.limits, dataclasses.replace(
-            side.preflight, ref_tokens=self._ref_tokens))
+        self.side = side
         self.queue = queue
         self.dedupe = dedupe
         self.replier = replier
@@ -104,9 +99,6 @@ class RequestHandler:
         self.accepting = True
         self.refusals = RefusalLog(log)
         self.progress: ProgressBeacon | None = None  # ``working`` messages (progress_s)
-        # two network threads admit requests (the node's connection and the pool's): one at
-        # a time, as admission keeps the requester being admitted on the handler
-        self._admitting = threading.Lock()
 
     def route_for(self, msg: Incoming, verb: str) -> tuple[Route, str | None]:
         """The reply route of ``msg``, and why its own Response Topic was refused (if so)."""
@@ -122,14 +114,22 @@ class RequestHandler:
                              "went to the default response topic)")
         return Route(msg.response_topic, msg.correlation), None
 
-    def _ref_tokens(self, ref: str) -> int | None:
-        """The token cost of an ``image_ref`` the requester being admitted may use."""
-        key = self.refs.open(ref, self._requester)
-        if key is None:
-            raise CacheMiss(f"image_ref {ref} was not given to this requester: a reference "
-                            "works only for the reply route its answer went to, until the "
-                            "daemon restarts; send the image bytes again")
-        return self._cached_tokens(key) if self._cached_tokens is not None else None
+    def side_for(self, requester: str) -> RequestSide:
+        """The request side of one requester: its ``image_ref`` parts are opened with its
+        capabilities (:mod:`edgevlm.pipeline.image_refs`) and cost what the cache holds."""
+        cached_tokens = self.side.preflight.ref_tokens
+        refs = self.refs
+
+        def ref_tokens(ref: str) -> int | None:
+            key = refs.open(ref, requester)
+            if key is None:
+                raise CacheMiss(f"image_ref {ref} was not given to this requester: a "
+                                "reference works only for the reply route its answer went "
+                                "to, until the daemon restarts; send the image bytes again")
+            return cached_tokens(key) if cached_tokens is not None else None
+
+        return RequestSide(self.side.limits, dataclasses.replace(self.side.preflight,
+                                                                 ref_tokens=ref_tokens))
 
     def handle(self, msg: Incoming, rt: RequestTopic) -> None:
         """Admit one request message (called on the network thread; never raises)."""
@@ -142,8 +142,7 @@ class RequestHandler:
             return
         route, refused = self.route_for(msg, rt.verb)
         try:
-            with self._admitting:
-                self._admit(msg, rt, route, refused)
+            self._admit(msg, rt, route, refused)
         except Exception as exc:  # a bug: answer "internal", keep the network thread alive
             rid = request_id_of(msg.payload) if len(msg.payload) <= \
                 self.side.limits.max_payload_bytes else None
@@ -153,17 +152,14 @@ class RequestHandler:
                ) -> None:
         ack = Ack.of(msg)
         requester = self.replies.requester(route.topic)
-        self._requester = requester
         try:
-            admitted = get_verb(rt.verb).admit(msg.payload, self.side)
+            admitted = get_verb(rt.verb).admit(msg.payload, self.side_for(requester))
         except EdgevlmError as exc:  # the id comes with it: the payload is parsed once
             rid = exc.request_id
             if rid is None and isinstance(exc, PayloadTooLarge):
                 rid = _id_near_start(msg.payload)
             self._refuse(msg, rt.verb, route, rid, exc)
             return
-        finally:
-            self._requester = None
         request = admitted.request
         if refused is not None:
             self._refuse(msg, rt.verb, route, request.id, InvalidRequest(refused))
@@ -193,7 +189,7 @@ class RequestHandler:
                      request.id)
             return
         self.metrics.received()
-        job = RequestJob(key=key, request=request, verb=rt.verb, route=route, acks=[ack],
+        job = RequestJob(key=key, admitted=admitted, verb=rt.verb, route=route, acks=[ack],
                          received=msg.received, deadline=self._deadline(msg, request.deadline_ms),
                          requester=requester, pooled=rt.pooled)
         if self.queue.put(job):

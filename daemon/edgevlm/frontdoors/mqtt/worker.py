@@ -1,8 +1,9 @@
 """The worker: one thread that owns the engine and turns queued jobs into answers.
 
-decode media -> ``prepare_media`` (cache lookup, safe decode, patchify) -> ``run_generation``
-(ViT on cache misses, prefill, decode) -> the answer envelope. With ``stream: true`` partial
-chunks (``status: "partial"``, ``seq`` from 0) go out before the final answer. Any exception
+``pipeline.run.run_admitted`` (the admitted job: media prepared with admission's pixel
+bounds, ViT on cache misses, prefill, decode) -> the verb's answer -> the answer envelope.
+With ``stream: true`` partial chunks (``status: "partial"``, ``seq`` from 0) go out before
+the final answer. Any exception
 becomes an error answer for that job and a log line; the thread never dies of one.
 
 An answer goes to its requester's route only: its ``cache[].key`` values are ``image_ref``
@@ -24,7 +25,7 @@ from ...engine import Engine, GenerationResult
 from ...metrics import Metrics
 from ...pipeline.image_refs import PROCESS_REFS, ImageRefs
 from ...pipeline.preflight import PreflightContext
-from ...pipeline.prepare import prepare_media
+from ...pipeline.run import run_admitted
 from ...sources.cameras import CameraFrame
 from ...verbs import describe, get_verb
 from ...wire.errors import Busy, DeadlineExceeded, EdgevlmError, WireError, wire_error
@@ -151,7 +152,6 @@ class Worker:
     def _generate(self, job: Job, on_text: Callable[[str], None] | None) -> GenerationResult:
         if self.test_delay_s > 0:
             time.sleep(self.test_delay_s)
-        t0 = time.perf_counter()
         refs = None
         if isinstance(job, RequestJob):
             requester = job.requester
@@ -159,11 +159,7 @@ class Worker:
             def refs(ref: str) -> str | None:
                 return self.refs.open(ref, requester)
 
-        prepared = prepare_media(job.request, self.context, self.engine.facts, self.engine.cache,
-                                 refs)
-        media_ms = (time.perf_counter() - t0) * 1e3
-        return self.engine.generate_prepared(job.request, prepared, media_ms=media_ms,
-                                             on_text=on_text)
+        return run_admitted(self.engine, job.admitted, self.context, refs, on_text)
 
     # ------------------------------------------------------------------ requests
 

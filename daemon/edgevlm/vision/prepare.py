@@ -1,34 +1,27 @@
-"""Media preparation on the worker: bytes -> cache lookup -> pixels for the encoder.
+"""Media preparation, on the worker: bytes -> cache lookup -> pixels for the encoder.
 
-For each media part of an admitted request, in prompt order:
+For each media part of a request, in prompt order:
 
-- ``image`` / ``image_url``: decode the base64, compute the cache key; on a hit the cached
-  features are used and nothing is decoded; on a miss the image is decoded (safely) and
-  preprocessed into ``pixel_values`` for the vision encoder.
+- ``image`` / ``image_url``: decode the base64 (a camera frame's bytes are used as they
+  came), compute the cache key; on a hit the cached features are used and nothing is
+  decoded; on a miss the image is decoded (safely) and preprocessed into ``pixel_values``.
 - ``video_frames``: the same, keyed over all frames, preprocessed as one clip.
 - ``vision_tokens``: decoded and validated against the model's hidden size and DeepStack depth.
 - ``image_ref``: the cache entry, or ``cache_miss``. In the daemon a reference is a capability
   (:mod:`edgevlm.pipeline.image_refs`): ``refs`` opens it for the requester, and one given to
-  someone
-  else finds nothing.
+  someone else finds nothing.
 
-The encoder itself (and storing its output in the cache) belongs to the engine.
+The pixel bounds come decided (:class:`~edgevlm.vision.sizing.MediaBounds`, from admission);
+the encoder itself (and storing its output in the cache) belongs to the engine.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
-from ..vision.decode import decode_for_resize, decode_image
-from ..vision.preprocess import (
-    PixelInput,
-    image_planes,
-    planes_to_pixels,
-    preprocess_video,
-)
-from ..vision.sizing import group_timestamps, resize_rule
-from ..wire.errors import CacheMiss, UnsupportedMedia
+from ..wire.errors import CacheMiss, UnsupportedMedia, UnsupportedModality
 from ..wire.features import VisionFeatures
 from ..wire.protocol import (
     ImagePart,
@@ -40,8 +33,22 @@ from ..wire.protocol import (
     media_bytes,
 )
 from ..wire.vision_tokens import decode_vision_tokens
-from .cache import VisionCache, cache_key
-from .preflight import PreflightContext, pixel_bounds_for
+from .cache_key import cache_key
+from .decode import MediaPolicy, decode_for_resize, decode_image
+from .preprocess import PixelInput, image_planes, planes_to_pixels, preprocess_video
+from .sizing import Family, MediaBounds, group_timestamps, resize_rule
+
+
+class FeatureCache(Protocol):
+    """What preparation and the engine need of the vision-feature cache
+    (:class:`edgevlm.pipeline.cache.VisionCache`)."""
+
+    def get(self, key: str) -> VisionFeatures | None: ...
+
+    def peek(self, key: str) -> VisionFeatures | None: ...
+
+    def put(self, key: str, features: VisionFeatures,
+            source_size: tuple[int, int] | None = None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -79,8 +86,19 @@ def _with_path(path: str, exc: UnsupportedMedia) -> UnsupportedMedia:
 RefOpener = Callable[[str], str | None]   # image_ref -> the cache key, if it may be used
 
 
-def prepare_media(request: Request, ctx: PreflightContext, model: ModelFacts,
-                  cache: VisionCache | None, refs: RefOpener | None = None
+@dataclass(frozen=True)
+class Preparation:
+    """What preparing media needs to know: the model, its family's resize rules, the
+    request's pixel bounds, the decode policy, the cache (None: none)."""
+
+    model: ModelFacts
+    family: Family
+    bounds: MediaBounds
+    media: MediaPolicy
+    cache: FeatureCache | None = None
+
+
+def prepare_media(request: Request, how: Preparation, refs: RefOpener | None = None
                   ) -> list[PreparedMedia]:
     """Prepare every media part of ``request``; raises the error to answer with.
 
@@ -91,7 +109,7 @@ def prepare_media(request: Request, ctx: PreflightContext, model: ModelFacts,
         for j, part in enumerate(message.parts()):
             path = f"messages.{i}.content.{j}"
             try:
-                item = _prepare_part(path, part, request, ctx, model, cache, refs)
+                item = _prepare_part(path, part, how, refs)
             except UnsupportedMedia as exc:
                 raise _with_path(path, exc) from None
             if item is not None:
@@ -99,34 +117,40 @@ def prepare_media(request: Request, ctx: PreflightContext, model: ModelFacts,
     return out
 
 
-def _prepare_part(path: str, part: object, request: Request, ctx: PreflightContext,
-                  model: ModelFacts, cache: VisionCache | None, refs: RefOpener | None
+def _video_bounds(how: Preparation) -> tuple[int, int]:
+    if how.bounds.video is None:
+        raise UnsupportedModality(f"video is not supported by the {how.family.name} family; "
+                                  "send the frames as images")
+    return how.bounds.video
+
+
+def _prepare_part(path: str, part: object, how: Preparation, refs: RefOpener | None
                   ) -> PreparedMedia | None:
+    model, family, cache = how.model, how.family, how.cache
     if isinstance(part, ImagePart | ImageUrlPart):
         data = media_bytes(part.image if isinstance(part, ImagePart) else part.image_url)
-        lo, hi = pixel_bounds_for(ctx, "image", request)
-        key = cache_key(model.fingerprint, ctx.family.name, lo, hi, data)
+        lo, hi = how.bounds.image
+        key = cache_key(model.fingerprint, family.name, lo, hi, data)
         cached = cache.get(key) if cache is not None else None
         if cached is not None:
             return PreparedMedia(path, "image", key, cached, None)
         # a big JPEG is decoded reduced, straight to a size that covers the resize target
-        image, size = decode_for_resize(data, ctx.media,
-                                        resize_rule(ctx.family.factor, lo, hi))
-        planes = image_planes(image, ctx.family, lo, hi, source_size=size)
+        image, size = decode_for_resize(data, how.media, resize_rule(family.factor, lo, hi))
+        planes = image_planes(image, family, lo, hi, source_size=size)
         del image  # before the float32 patches are allocated: the two peaks must not add up
-        pixels = planes_to_pixels(planes, ctx.family, model.image_mean, model.image_std)
+        pixels = planes_to_pixels(planes, family, model.image_mean, model.image_std)
         return PreparedMedia(path, "image", key, None, pixels, size)
     if isinstance(part, VideoFramesPart):
         frames_data = [media_bytes(frame) for frame in part.video_frames]
-        lo, hi = pixel_bounds_for(ctx, "video", request)
-        key = cache_key(model.fingerprint, f"{ctx.family.name}/video@{part.fps:g}", lo, hi,
+        lo, hi = _video_bounds(how)
+        key = cache_key(model.fingerprint, f"{family.name}/video@{part.fps:g}", lo, hi,
                         frames_data)
-        timestamps = group_timestamps(len(frames_data), part.fps, ctx.family.temporal_patch_size)
+        timestamps = group_timestamps(len(frames_data), part.fps, family.temporal_patch_size)
         cached = cache.get(key) if cache is not None else None
         if cached is not None:
             return PreparedMedia(path, "video", key, cached, None, None, timestamps)
-        frames = [decode_image(data, ctx.media) for data in frames_data]
-        pixels = preprocess_video(frames, ctx.family, lo, hi, model.image_mean, model.image_std)
+        frames = [decode_image(data, how.media) for data in frames_data]
+        pixels = preprocess_video(frames, family, lo, hi, model.image_mean, model.image_std)
         return PreparedMedia(path, "video", key, None, pixels, frames[0].size, timestamps)
     if isinstance(part, VisionTokensPart):
         features = decode_vision_tokens(part.vision_tokens, model.hidden_size,
