@@ -15,9 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from .config import Config
-from .frontdoors.mqtt.jobs import CameraJob, JobQueue
 from .metrics import Metrics
 from .pipeline.admission import RequestSide, admit_request
+from .pipeline.jobs import FrameJob, JobQueue
 from .sources.camera_options import OptionStore, camera_event
 from .sources.cameras import CameraFrame, CameraSources
 from .sources.event_journal import EventJournal
@@ -60,7 +60,6 @@ class CameraFlow:
             fetch_image=self.frigate_api.event_image if self.frigate_api else None,
             run_fetch=self.frigate_calls.submit if self.frigate_calls else None,
             journal=self.journal)
-        queue.on_drop = self.dropped
 
     def stop(self) -> None:
         if self.frigate_calls is not None:
@@ -82,13 +81,21 @@ class CameraFlow:
             self.result(frame, None, wire_error(exc), {})
             return
         now = time.monotonic()
+
+        def done(text: str | None, error: WireError | None, metrics: dict[str, float]) -> None:
+            self.described(frame, text, error, metrics)
+
+        def skipped(reason: str) -> None:
+            self.dropped(frame, reason)
+
         if frame.event_id is not None:
-            job = CameraJob(frame, admitted, now, deadline=now + EVENT_DEADLINE_S)
+            job = FrameJob(frame.camera, frame.event_id, describe.VERB, admitted, now, done,
+                           skipped, deadline=now + EVENT_DEADLINE_S)
             if not self.queue.put_event(f"camera:{frame.camera}", EVENT_QUEUE_PER_CAMERA, job):
-                self.dropped(job, "queue_full")
+                self.dropped(frame, "queue_full")
             self.metrics.set_queue_depth(len(self.queue))
             return
-        job = CameraJob(frame, admitted, now)
+        job = FrameJob(frame.camera, frame.event_id, describe.VERB, admitted, now, done)
         accepted, replaced = self.queue.put_latest(f"camera:{frame.camera}", job)
         if replaced is not None:
             log.info("camera %s: a newer frame replaced the one still waiting", frame.camera)
@@ -96,16 +103,16 @@ class CameraFlow:
             log.info("camera %s: queue full, frame dropped", frame.camera)
         self.metrics.set_queue_depth(len(self.queue))
 
-    def dropped(self, job: CameraJob, reason: str) -> None:
+    def dropped(self, frame: CameraFrame, reason: str) -> None:
         """A queued Frigate event that will not run: its ``skipped`` record."""
         detail = {"queue_full": f"more than {EVENT_QUEUE_PER_CAMERA} events of this camera "
                                 "waited for the model; the oldest is skipped",
                   "deadline": f"not started within {EVENT_DEADLINE_S:g} s of its arrival",
                   "stopping": "the daemon stopped before describing it"}.get(reason, reason)
-        log.info("camera %s: frigate event %s skipped (%s)", job.frame.camera,
-                 job.frame.event_id, reason)
-        self.publish_messages(self.sources.frame_record(job.frame, reason, detail))
-        self.journal.done(job.frame.event_id)
+        log.info("camera %s: frigate event %s skipped (%s)", frame.camera, frame.event_id,
+                 reason)
+        self.publish_messages(self.sources.frame_record(frame, reason, detail))
+        self.journal.done(frame.event_id)
 
     def described(self, frame: CameraFrame, text: str | None, error: WireError | None,
                   metrics: dict[str, float]) -> None:

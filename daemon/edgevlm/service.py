@@ -39,21 +39,21 @@ from .frontdoors.mqtt.client import (
 )
 from .frontdoors.mqtt.connect_errors import EX_CONFIG, ConnectFailure
 from .frontdoors.mqtt.dedupe import DedupeMemory
-from .frontdoors.mqtt.jobs import Job, JobQueue, RequestJob
 from .frontdoors.mqtt.pool import PoolMember, pool_settings, pool_state
 from .frontdoors.mqtt.probe import AclProbe, probe_targets
 from .frontdoors.mqtt.progress import ProgressBeacon
 from .frontdoors.mqtt.replies import Ack, Replier
 from .frontdoors.mqtt.requests import RequestHandler
 from .frontdoors.mqtt.topics import ReplyPolicy, Topics, homeassistant_status
-from .frontdoors.mqtt.worker import Worker
 from .liveness import Liveness, LivenessPolicy
 from .memory import reuse_image_buffers
 from .metrics import Metrics
 from .models import demo_model_dir
 from .pipeline.admission import RequestSide
 from .pipeline.cache import VisionCache
+from .pipeline.jobs import Job, JobQueue, RequestJob
 from .pipeline.preflight import preflight_context
+from .pipeline.worker import Worker
 from .sources.camera_options import OptionStore
 from .wire.errors import Busy
 
@@ -142,9 +142,8 @@ class Service:
             self.metrics, config.limits.default_deadline_ms)
         self.bridge = Bridge(self.topics, self.replier, self.metrics, self.engine,
                              mqtt.health_interval_s)
-        self.worker = Worker(self.engine, context, self.queue, self.replier, self.dedupe,
-                             self.metrics, on_answer=self.bridge.publish_answer,
-                             on_camera=lambda *result: self.cameras.described(*result),
+        self.worker = Worker(self.engine, context, self.queue, self.metrics,
+                             on_answer=self.bridge.publish_answer,
                              on_busy=self.bridge.publish_busy,
                              share_request_answers=mqtt.share_request_answers,
                              test_delay_s=float(os.environ.get(TEST_DELAY_ENV, "0")) / 1e3)

@@ -115,7 +115,8 @@ def test_a_stopped_board_leaves_the_pool_and_its_session_keeps_no_pooled_request
                    properties=v5_properties(REPLY, f"c{i}".encode()))
     answers = client.inbox.json(REPLY, count=N_REQUESTS, timeout=10.0)
     assert sorted(a["id"] for a in answers) == sorted(f"after-{i}" for i in range(N_REQUESTS))
-    assert n2.metrics.snapshot()["requests"]["answered"] == N_REQUESTS
+    assert n2.metrics.snapshot()["requests"]["answered"] == N_REQUESTS, [
+        a for a in answers if a.get("status") != "ok"]
 
 
 def test_working_messages_until_the_answer_when_progress_is_asked(

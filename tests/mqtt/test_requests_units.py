@@ -8,10 +8,10 @@ import pytest
 
 from edgevlm.frontdoors.mqtt.client import publish_packet_size
 from edgevlm.frontdoors.mqtt.dedupe import ROUTES_PER_KEY, DedupeMemory, RequestKey, route_digest
-from edgevlm.frontdoors.mqtt.jobs import JobQueue
 from edgevlm.frontdoors.mqtt.replies import Ack, Route
 from edgevlm.frontdoors.mqtt.requests import dedupe_key, refusal_key
 from edgevlm.frontdoors.mqtt.topics import ReplyPolicy, RequestTopic, Topics
+from edgevlm.pipeline.jobs import JobQueue
 from edgevlm.wire.protocol import Response
 
 T = Topics("edgevlm", "garage")

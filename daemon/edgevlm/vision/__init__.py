@@ -2,7 +2,9 @@
 
 - :mod:`.sizing`: ``smart_resize`` and token counts from sizes alone (for preflight);
 - :mod:`.decode`: Pillow decoding behind a format allow-list and a header pixel cap;
-- :mod:`.preprocess`: resize, normalise and patchify, bit-compatible with transformers.
+- :mod:`.preprocess`: resize, normalise and patchify, bit-compatible with transformers;
+- :mod:`.prepare`: a request's media parts -> cached features or pixels for the encoder;
+- :mod:`.cache_key`: the name of a media item's features in the cache.
 """
 
 from .decode import ImageHeader, MediaPolicy, decode_image, probe_image

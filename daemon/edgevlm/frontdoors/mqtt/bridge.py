@@ -28,9 +28,9 @@ from ...config import Config
 from ...engine import Engine
 from ...metrics import Metrics
 from ...pipeline.cache import VisionCache
+from ...pipeline.worker import Answered
 from .replies import Replier
 from .topics import VERBS, Topics
-from .worker import Answered
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,9 @@ from collections.abc import Callable
 
 from paho.mqtt.properties import Properties
 
+from ...pipeline.jobs import RequestJob
 from ...wire.protocol import Progress
-from .jobs import RequestJob
+from .replies import Route
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,8 @@ class ProgressBeacon:
         self._serving = serving
         self._clock = clock
         self._lock = threading.Lock()
-        self._due: dict[int, tuple[RequestJob, float]] = {}  # id(job) -> (job, next send)
+        # id(job) -> (job, its reply route, next send)
+        self._due: dict[int, tuple[RequestJob, Route, float]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="edgevlm-progress",
                                         daemon=True)
@@ -54,31 +56,32 @@ class ProgressBeacon:
         if self._thread.is_alive():
             self._thread.join(timeout=2.0)
 
-    def track(self, job: RequestJob) -> None:
-        """A job just queued that asked for ``progress_s``: its first ``working`` now."""
+    def track(self, job: RequestJob, route: Route) -> None:
+        """A job just queued that asked for ``progress_s``: its first ``working`` now (to
+        ``route``, where its answer goes)."""
         interval = job.request.progress_s
         if interval is None:
             return
-        self._send(job)
+        self._send(job, route)
         with self._lock:
-            self._due[id(job)] = (job, self._clock() + interval)
+            self._due[id(job)] = (job, route, self._clock() + interval)
 
     def tick(self) -> None:
         """Send what is due, drop what is done (the thread calls this every ``TICK_S``)."""
         now = self._clock()
         serving = self._serving()
-        due: list[RequestJob] = []
+        due: list[tuple[RequestJob, Route]] = []
         with self._lock:
-            for key, (job, at) in list(self._due.items()):
+            for key, (job, route, at) in list(self._due.items()):
                 if job.done or now - job.received > MAX_AGE_S:
                     del self._due[key]
                 elif at <= now:
                     interval = job.request.progress_s or 1.0
-                    self._due[key] = (job, max(at + interval, now))
-                    due.append(job)
+                    self._due[key] = (job, route, max(at + interval, now))
+                    due.append((job, route))
         if serving:  # a board that cannot serve falls silent: its clients go elsewhere
-            for job in due:
-                self._send(job)
+            for job, route in due:
+                self._send(job, route)
 
     def _run(self) -> None:
         while not self._stop.wait(TICK_S):
@@ -87,12 +90,12 @@ class ProgressBeacon:
             except Exception:
                 log.exception("sending progress messages failed (carrying on)")
 
-    def _send(self, job: RequestJob) -> None:
+    def _send(self, job: RequestJob, route: Route) -> None:
         rid = job.request.id
         payload = Progress(id=rid, transaction=rid, node=self.node,
                            stage="running" if job.started else "queued"
                            ).model_dump_json(exclude_none=True).encode()
         try:
-            self._publish(job.route.topic, payload, job.route.properties())
+            self._publish(route.topic, payload, route.properties())
         except Exception as exc:
             log.debug("progress of %s not sent: %s", rid, exc)

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from ...metrics import Metrics
 from ...pipeline.admission import RequestSide
 from ...pipeline.image_refs import PROCESS_REFS, ImageRefs
+from ...pipeline.jobs import JobQueue, RequestJob
 from ...verbs import get_verb
 from ...wire.errors import (
     Busy,
@@ -37,7 +38,7 @@ from ...wire.errors import (
 from ...wire.protocol import error_answer_json, request_id_of
 from .client import Incoming
 from .dedupe import DedupeMemory, RequestKey, digest
-from .jobs import JobQueue, RequestJob
+from .delivery import MqttReply
 from .progress import ProgressBeacon
 from .refusals import RefusalLog
 from .replies import Ack, Replier, Route
@@ -189,13 +190,14 @@ class RequestHandler:
                      request.id)
             return
         self.metrics.received()
-        job = RequestJob(key=key, admitted=admitted, verb=rt.verb, route=route, acks=[ack],
+        job = RequestJob(admitted=admitted, verb=get_verb(rt.verb),
+                         reply=MqttReply(route, [ack], key, self.replier, self.dedupe),
                          received=msg.received, deadline=self._deadline(msg, request.deadline_ms),
                          requester=requester, pooled=rt.pooled)
         if self.queue.put(job):
             self.metrics.set_queue_depth(len(self.queue))
             if self.progress is not None and request.progress_s is not None:
-                self.progress.track(job)
+                self.progress.track(job, route)
             return
         attached = self.dedupe.forget(key, route)
         err = wire_error(Busy(f"the queue is full ({self.queue.capacity} waiting, "

@@ -1,16 +1,18 @@
-"""The worker: one thread that owns the engine and turns queued jobs into answers.
+"""The worker: one thread that owns the engine and turns queued jobs into answers, for every
+front door and source alike.
 
 ``pipeline.run.run_admitted`` (the admitted job: media prepared with admission's pixel
 bounds, ViT on cache misses, prefill, decode) -> the verb's answer -> the answer envelope.
 With ``stream: true`` partial chunks (``status: "partial"``, ``seq`` from 0) go out before
-the final answer. Any exception
-becomes an error answer for that job and a log line; the thread never dies of one.
+the final answer. Any exception becomes an error answer for that job and a log line; the
+thread never dies of one. Answers leave through the job's :class:`~.jobs.Reply` (its front
+door's), a frame's result through its ``on_done``.
 
-An answer goes to its requester's route only: its ``cache[].key`` values are ``image_ref``
+An answer goes to its requester only: its ``cache[].key`` values are ``image_ref``
 capabilities for that requester (:mod:`edgevlm.pipeline.image_refs`). Camera descriptions are
-announced
-on ``bridge/last_answer`` and ``bridge/event`` (``on_answer``); request answers only with
-``share_request_answers`` (``mqtt.share_request_answers``), since every client may read those.
+announced on ``bridge/last_answer`` and ``bridge/event`` (``on_answer``); request answers only
+with ``share_request_answers`` (``mqtt.share_request_answers``), since every client may read
+those.
 """
 
 from __future__ import annotations
@@ -21,23 +23,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ...engine import Engine, GenerationResult
-from ...metrics import Metrics
-from ...pipeline.image_refs import PROCESS_REFS, ImageRefs
-from ...pipeline.preflight import PreflightContext
-from ...pipeline.run import run_admitted
-from ...sources.cameras import CameraFrame
-from ...verbs import describe, get_verb
-from ...wire.errors import Busy, DeadlineExceeded, EdgevlmError, WireError, wire_error
-from ...wire.protocol import AnswerData, Response, StreamChunk
-from .dedupe import DedupeMemory
-from .jobs import CameraJob, Job, JobQueue, RequestJob
-from .replies import Replier
+from ..engine import Engine, GenerationResult
+from ..metrics import Metrics
+from ..wire.errors import Busy, DeadlineExceeded, EdgevlmError, WireError, wire_error
+from ..wire.protocol import AnswerData, Response, StreamChunk
+from .image_refs import PROCESS_REFS, ImageRefs
+from .jobs import FrameJob, Job, JobQueue, RequestJob
+from .preflight import PreflightContext
+from .run import run_admitted
 
 log = logging.getLogger(__name__)
-
-# Error types that are not remembered for dedupe: retrying the same id may well succeed.
-TRANSIENT_ERRORS = frozenset({"busy", "deadline_exceeded", "internal"})
 
 
 @dataclass(frozen=True)
@@ -57,21 +52,15 @@ class Worker:
     _running_since: float | None = None  # time.monotonic() the running job started
 
     def __init__(self, engine: Engine, context: PreflightContext, queue: JobQueue,
-                 replier: Replier, dedupe: DedupeMemory, metrics: Metrics, *,
-                 on_answer: Callable[[Answered], None] | None = None,
-                 on_camera: Callable[[CameraFrame, str | None, WireError | None,
-                                      dict[str, float]], None] | None = None,
+                 metrics: Metrics, *, on_answer: Callable[[Answered], None] | None = None,
                  on_busy: Callable[[bool], None] | None = None,
                  share_request_answers: bool = False, refs: ImageRefs = PROCESS_REFS,
                  test_delay_s: float = 0.0) -> None:
         self.engine = engine
         self.context = context
         self.queue = queue
-        self.replier = replier
-        self.dedupe = dedupe
         self.metrics = metrics
         self.on_answer = on_answer
-        self.on_camera = on_camera
         self.on_busy = on_busy
         self.share_request_answers = share_request_answers
         self.refs = refs
@@ -133,7 +122,7 @@ class Worker:
                 if isinstance(job, RequestJob):
                     self._run_request(job)
                 else:
-                    self._run_camera(job)
+                    self._run_frame(job)
             except Exception:  # a bug in the code around the job; keep serving
                 log.exception("worker error (the worker carries on)")
         self._set_busy(False)
@@ -179,7 +168,7 @@ class Worker:
         except Exception as exc:
             self.fail(job, exc)
             return
-        data = get_verb(job.verb).answer(result, self.engine.name, queue_ms,
+        data = job.verb.answer(result, self.engine.name, queue_ms,
                                          lambda key: self.refs.issue(key, job.requester))
 
         def answered() -> None:
@@ -196,8 +185,7 @@ class Worker:
 
         def on_text(text: str) -> None:
             nonlocal seq
-            self.replier.chunk([job.route], StreamChunk(id=rid, transaction=rid, seq=seq,
-                                                        text=text))
+            job.reply.chunk(StreamChunk(id=rid, transaction=rid, seq=seq, text=text))
             seq += 1
 
         return on_text
@@ -216,21 +204,13 @@ class Worker:
                 data: AnswerData | None, on_delivered: Callable[[], None] | None = None
                 ) -> None:
         job.done = True
-        attached = None
-        if job.key is not None:
-            attached = self.dedupe.complete(job.key, job.route, response,
-                                            remember=error_type not in TRANSIENT_ERRORS)
         self.metrics.finished(error_type, data.metrics if data else None,
                               data.usage.completion_tokens if data else 0)
-        routes = [job.route] * (1 + (attached.repeats if attached else 0))
-        acks = [*job.acks, *(attached.acks if attached else [])]
-        self.replier.answer(routes, response, acks, on_delivered=on_delivered)
-        if job.key is not None:  # from now on a redelivered copy needs no second answer
-            self.dedupe.mark_sent(job.key, job.route)
+        job.reply.finish(response, error_type, on_delivered)
 
-    # ------------------------------------------------------------------ cameras
+    # ------------------------------------------------------------------ frames
 
-    def _run_camera(self, job: CameraJob) -> None:
+    def _run_frame(self, job: FrameJob) -> None:
         started = time.monotonic()
         queue_ms = (started - job.received) * 1e3
         self.metrics.received()
@@ -240,17 +220,18 @@ class Worker:
         metrics: dict[str, float] = {"queue_ms": queue_ms}
         try:
             result = self._generate(job, None)
-            data = describe.answer(result, self.engine.name, queue_ms)
+            data = job.verb.answer(result, self.engine.name, queue_ms, None)
             text, finish = data.text, data.finish_reason
             metrics = data.metrics.model_dump()
             self.metrics.finished(None, data.metrics, data.usage.completion_tokens)
         except Exception as exc:
             error = wire_error(exc)
             if not isinstance(exc, EdgevlmError):
-                log.error("camera %s: describing failed", job.frame.camera, exc_info=exc)
+                log.error("camera %s: describing failed", job.source, exc_info=exc)
             self.metrics.finished(error.type)
-        if self.on_camera is not None:
-            self.on_camera(job.frame, text, error, metrics)
+        try:
+            job.on_done(text, error, metrics)
+        except Exception:
+            log.exception("camera %s: publishing the result failed", job.source)
         if text is not None and self.on_answer is not None:
-            self.on_answer(Answered(job.frame.event_id, job.frame.camera, text, finish,
-                                    self.engine.name))
+            self.on_answer(Answered(job.event_id, job.source, text, finish, self.engine.name))

@@ -1,4 +1,9 @@
-"""Work items for the worker and the bounded queue that holds them.
+"""Work items for the worker and the bounded queue that holds them; any front door or
+source fills it.
+
+A :class:`RequestJob` is an admitted request with its :class:`Reply`, the way its front door
+answers it (MQTT: :class:`edgevlm.frontdoors.mqtt.delivery.MqttReply`). A :class:`FrameJob`
+is a frame from a source (a camera topic, Frigate) with the callbacks that publish its result.
 
 Requests queue first-in first-out up to ``capacity`` (a full queue answers ``busy``). Camera
 frames take a named *slot* (``camera:<name>``): a newer frame replaces the one still waiting
@@ -6,33 +11,48 @@ in that slot and keeps its place in line, so a busy board describes the latest f
 a backlog. Frigate events are not frames to replace: each one queues on its own
 (:meth:`JobQueue.put_event`), at most ``limit`` per camera; every event that leaves the queue
 without running (pushed out by a newer one, refused, past its deadline, the daemon stopping)
-is handed to ``on_drop`` with the reason, so it still gets its ``skipped`` record.
+is handed to its ``on_skip`` with the reason, so it still gets its ``skipped`` record.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
-from ...pipeline.admission import Admitted
-from ...sources.cameras import CameraFrame
-from ...wire.protocol import Request
-from .dedupe import RequestKey
-from .replies import Ack, Route
+from ..wire.errors import WireError
+from ..wire.protocol import Request, Response, StreamChunk
+from .admission import Admitted
+
+if TYPE_CHECKING:
+    from ..verbs.base import Verb
+
+log = logging.getLogger(__name__)
+
+
+class Reply(Protocol):
+    """How the front door a request came through answers it (called on the worker thread)."""
+
+    def chunk(self, chunk: StreamChunk) -> None:
+        """A partial answer (``stream: true``)."""
+
+    def finish(self, response: Response, error_type: str | None,
+               on_delivered: Callable[[], None] | None = None) -> None:
+        """The final answer (``error_type``: its error's type, None when ok);
+        ``on_delivered`` runs once the transport confirmed it."""
 
 
 @dataclass
 class RequestJob:
-    """An admitted request message."""
+    """An admitted request and the way back to its requester."""
 
-    key: RequestKey | None           # dedupe key (request id or a hash, and the payload's)
     admitted: Admitted               # the request and what admission decided for it
-    verb: str
-    route: Route
-    acks: list[Ack]
+    verb: Verb                       # the worker answers with verb.answer
+    reply: Reply
     received: float                  # time.monotonic() when the message arrived
     deadline: float | None           # time.monotonic() after which it must not start
     requester: str = ""              # who the route belongs to (image_ref capabilities)
@@ -45,13 +65,21 @@ class RequestJob:
         return self.admitted.request
 
 
-@dataclass
-class CameraJob:
-    """A camera frame to describe (no reply route: results go to the camera's topics)."""
+# (description or None, its wire error or None, the answer's metrics) -> publish the result
+FrameDone = Callable[[str | None, WireError | None, dict[str, float]], None]
 
-    frame: CameraFrame
+
+@dataclass
+class FrameJob:
+    """A frame from a source to describe (no requester: ``on_done`` publishes the result)."""
+
+    source: str                      # the camera's name
+    event_id: str | None             # the Frigate event, if it is one
+    verb: Verb                       # describe
     admitted: Admitted               # the frame as an admitted describe request
     received: float
+    on_done: FrameDone
+    on_skip: Callable[[str], None] | None = None  # (reason): left the queue without running
     deadline: float | None = None    # time.monotonic() after which it must not start
     group: str | None = None         # put_event's group (the camera of a Frigate event)
 
@@ -60,7 +88,7 @@ class CameraJob:
         return self.admitted.request
 
 
-Job = RequestJob | CameraJob
+Job = RequestJob | FrameJob
 
 
 @dataclass
@@ -77,7 +105,6 @@ class JobQueue:
     _slots: dict[str, Job] = field(default_factory=dict)
     _cond: threading.Condition = field(default_factory=threading.Condition)
     _closed: bool = False
-    on_drop: Callable[[CameraJob, str], None] | None = None  # (job, reason), outside the lock
 
     def __len__(self) -> int:
         with self._cond:
@@ -106,17 +133,17 @@ class JobQueue:
             self._cond.notify()
             return True, replaced
 
-    def put_event(self, group: str, limit: int, job: CameraJob) -> bool:
+    def put_event(self, group: str, limit: int, job: FrameJob) -> bool:
         """Queue ``job`` on its own, at most ``limit`` of ``group`` waiting: a full group
-        pushes out its oldest (``on_drop(old, "queue_full")``). False (``job`` is not
+        pushes out its oldest (its ``on_skip("queue_full")``). False (``job`` is not
         queued; the caller reports it) when the whole queue is full or closed."""
-        dropped: CameraJob | None = None
+        dropped: FrameJob | None = None
         with self._cond:
             if self._closed:
                 return False
             job.group = group
             mine = [i for i, item in enumerate(self._items)
-                    if isinstance(item, CameraJob) and item.group == group]
+                    if isinstance(item, FrameJob) and item.group == group]
             if len(mine) >= limit:
                 dropped = self._items[mine[0]]  # type: ignore[assignment]
                 del self._items[mine[0]]
@@ -129,8 +156,8 @@ class JobQueue:
         return True
 
     def get(self, timeout: float) -> Job | None:
-        """The next job; events past their deadline are dropped (``on_drop``) on the way."""
-        expired: list[CameraJob] = []
+        """The next job; events past their deadline are dropped (``on_skip``) on the way."""
+        expired: list[FrameJob] = []
         try:
             with self._cond:
                 while True:
@@ -139,7 +166,7 @@ class JobQueue:
                         return None
                     item = self._items.popleft()
                     job = self._slots.pop(item.name) if isinstance(item, _Slot) else item
-                    if (isinstance(job, CameraJob) and job.deadline is not None
+                    if (isinstance(job, FrameJob) and job.deadline is not None
                             and time.monotonic() > job.deadline):
                         expired.append(job)
                         continue
@@ -162,22 +189,21 @@ class JobQueue:
             return taken
 
     def close(self) -> list[Job]:
-        """Refuse new work; return what was still waiting (events also go to ``on_drop``)."""
+        """Refuse new work; return what was still waiting (events are also skipped)."""
         with self._cond:
             self._closed = True
             left = [self._slots.pop(i.name) if isinstance(i, _Slot) else i for i in self._items]
             self._items.clear()
-        self._dropped([j for j in left if isinstance(j, CameraJob) and j.group is not None],
+        self._dropped([j for j in left if isinstance(j, FrameJob) and j.group is not None],
                       "stopping")
         return left
 
-    def _dropped(self, jobs: list[CameraJob], reason: str) -> None:
-        if self.on_drop is None:
-            return
+    def _dropped(self, jobs: list[FrameJob], reason: str) -> None:
+        """Outside the lock: each job's ``on_skip``."""
         for job in jobs:
+            if job.on_skip is None:
+                continue
             try:
-                self.on_drop(job, reason)
+                job.on_skip(reason)
             except Exception:  # a report failing must not lose the queue
-                import logging
-
-                logging.getLogger(__name__).exception("reporting a dropped job failed")
+                log.exception("reporting a skipped frame failed")
