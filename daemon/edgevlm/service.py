@@ -31,10 +31,12 @@ from .camera_flow import CameraFlow
 from .config import Config
 from .engine import Engine
 from .frontdoors.mqtt.bridge import Bridge
-from .frontdoors.mqtt.client import Incoming, LinkSettings, MqttLink, max_incoming_packet
+from .frontdoors.mqtt.client import MqttLink
 from .frontdoors.mqtt.connect_errors import EX_CONFIG, ConnectFailure
 from .frontdoors.mqtt.dedupe import DedupeMemory
 from .frontdoors.mqtt.jobs import JobQueue
+from .frontdoors.mqtt.link_settings import LinkSettings, max_incoming_packet
+from .frontdoors.mqtt.messages import Incoming
 from .frontdoors.mqtt.pool import PoolMember, pool_settings
 from .frontdoors.mqtt.progress import ProgressBeacon
 from .frontdoors.mqtt.replies import Ack, Replier

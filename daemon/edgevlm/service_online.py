@@ -19,7 +19,8 @@ from . import __version__
 from .config import Config
 from .engine import Engine
 from .frontdoors.mqtt.bridge import Bridge, info_payload
-from .frontdoors.mqtt.client import MqttLink, wait_confirmed
+from .frontdoors.mqtt.client import MqttLink
+from .frontdoors.mqtt.messages import wait_confirmed
 from .frontdoors.mqtt.pool import PoolMember
 from .frontdoors.mqtt.probe import AclProbe, probe_targets
 from .frontdoors.mqtt.replies import Replier

@@ -15,8 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from .frontdoors.mqtt.bridge import Bridge
-from .frontdoors.mqtt.client import MqttLink, wait_confirmed
+from .frontdoors.mqtt.client import MqttLink
 from .frontdoors.mqtt.jobs import Job, RequestJob
+from .frontdoors.mqtt.messages import wait_confirmed
 from .frontdoors.mqtt.pool import pool_state
 from .frontdoors.mqtt.replies import Replier
 from .frontdoors.mqtt.topics import Topics
