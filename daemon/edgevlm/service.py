@@ -3,12 +3,14 @@
 Start: load the model -> start the worker, ack and health threads -> connect (paho retries with
 back-off) -> on the first connect, the ACL probe (:mod:`edgevlm.frontdoors.mqtt.probe`) -> on every
 connect, once the subscriptions are confirmed: ``bridge/info``, Home Assistant discovery,
-camera states, ``bridge/busy``, ``bridge/health`` and finally ``bridge/state = online``. A
+camera states, ``bridge/busy``, ``bridge/health`` and finally ``bridge/state = online``
+(:mod:`edgevlm.service_online`). A
 refused login, a refused certificate or a denied topic at start-up ends the start
 (:class:`StartupFailure`; ``edgevlm serve`` exits with status 78); after that, every failure
 is retried. Stop (SIGTERM): stop taking requests (new ones stay unacked, the
 broker redelivers them), answer queued ones ``busy``, let the running one finish (then cancel
-it), wait for the broker's confirmations, publish ``offline``, disconnect.
+it), wait for the broker's confirmations, publish ``offline``, disconnect. The board's side of
+the shared pool: :mod:`edgevlm.service_pool`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import random
 import signal
 import socket
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -29,18 +30,13 @@ from . import __version__
 from .camera_flow import CameraFlow
 from .config import Config
 from .engine import Engine
-from .frontdoors.mqtt.bridge import Bridge, info_payload
-from .frontdoors.mqtt.client import (
-    Incoming,
-    LinkSettings,
-    MqttLink,
-    max_incoming_packet,
-    wait_confirmed,
-)
+from .frontdoors.mqtt.bridge import Bridge
+from .frontdoors.mqtt.client import MqttLink
 from .frontdoors.mqtt.connect_errors import EX_CONFIG, ConnectFailure
 from .frontdoors.mqtt.dedupe import DedupeMemory
-from .frontdoors.mqtt.pool import PoolMember, pool_settings, pool_state
-from .frontdoors.mqtt.probe import AclProbe, probe_targets
+from .frontdoors.mqtt.link_settings import LinkSettings, max_incoming_packet
+from .frontdoors.mqtt.messages import Incoming
+from .frontdoors.mqtt.pool import PoolMember, pool_settings
 from .frontdoors.mqtt.progress import ProgressBeacon
 from .frontdoors.mqtt.replies import Ack, Replier
 from .frontdoors.mqtt.requests import RequestHandler
@@ -51,18 +47,16 @@ from .metrics import Metrics
 from .models import demo_model_dir
 from .pipeline.admission import RequestSide
 from .pipeline.cache import VisionCache
-from .pipeline.jobs import Job, JobQueue, RequestJob
+from .pipeline.jobs import JobQueue
 from .pipeline.preflight import preflight_context
 from .pipeline.worker import Worker
+from .service_online import OnlineSequence
+from .service_pool import PoolMembership
 from .sources.camera_options import OptionStore
-from .wire.errors import Busy
 
 log = logging.getLogger(__name__)
 
 TEST_DELAY_ENV = "EDGEVLM_TEST_WORKER_DELAY_MS"  # test-only: the worker sleeps before each job
-# An answer unconfirmed this long: the node's connection is silently gone (a cut network the
-# 60 s keepalive has not noticed yet); the board leaves the shared pool until answers flow.
-POOL_UNCONFIRMED_S = 10.0
 
 
 def sd_notify(message: str) -> bool:
@@ -153,23 +147,29 @@ class Service:
         self.liveness = Liveness(liveness, job_started=lambda: self.worker.running_since,
                                  failures_in_a_row=self.metrics.failures_in_a_row)
         self.liveness.add_listener(self._on_serving_changed)
+        self._stopping = False
+        self._online = threading.Event()
+        self._settled = threading.Event()  # online, or a start-up failure
+        self.shutdown_requested = threading.Event()  # set by signals and start-up failures
         # the shared pool on a connection of its own, a member only while serving
-        # (edgevlm.frontdoors.mqtt.pool); requests that ask for it hear `working`
-        # (edgevlm.frontdoors.mqtt.progress)
+        # (edgevlm.frontdoors.mqtt.pool, edgevlm.service_pool); requests that ask for it hear
+        # `working` (edgevlm.frontdoors.mqtt.progress)
         self.pool: PoolMember | None = None
-        self._pool_probe: Any = None  # the last round trip's MQTTMessageInfo
+        self.pool_membership = PoolMembership(
+            mqtt.shared_group, self.topics, self.link, self.replier, self.worker, self.bridge,
+            self.liveness, stopping=lambda: self._stopping, online=self._online)
         if mqtt.shared_group:
+            membership = self.pool_membership
             self.pool = PoolMember(
                 pool_settings(settings, self.topics, mqtt.shared_group, mqtt.pool_keepalive_s),
                 self.topics, mqtt.shared_group, on_message=self._on_message,
-                unfit=self._pool_unfit, on_left=self._left_pool, exit_process=exit_process,
-                publish_state=lambda payload: self._publish_pool_state(payload),
-                probe=self._probe_node_link)
+                unfit=membership.unfit, on_left=membership.left, exit_process=exit_process,
+                publish_state=lambda payload: membership.publish_state(payload),
+                probe=membership.probe_node_link)
         self.progress = ProgressBeacon(self.node_id, self._publish_progress,
                                        serving=lambda: self.liveness.serving)
         self.requests.progress = self.progress
         self.bridge.health_extra = self._health_extra
-        self._state_lock = threading.Lock()  # bridge/state: the last one published is current
         self.camera_options = OptionStore(config.cache.dir)  # edgevlm.sources.camera_options
         self.cameras = CameraFlow(config, self.node_id, self.queue, self.metrics,
                                   side=lambda: self.requests.side,
@@ -188,22 +188,27 @@ class Service:
         # replies only under mqtt.reply_prefix, never where the daemon publishes or listens
         self.requests.replies = ReplyPolicy.for_node(
             self.topics, mqtt.reply_prefix, [*filters, f"{config.homeassistant.prefix}/#"])
-        self._stopping = False
-        self._online = threading.Event()
-        self._settled = threading.Event()  # online, or a start-up failure
-        self._probe_passed = False         # the ACL probe passed once: the start is done
-        self.startup_failure: str | None = None
-        self.shutdown_requested = threading.Event()  # set by signals and start-up failures
+        # on every connect: the ACL probe (the first time), our state, then online
+        self.online_sequence = OnlineSequence(
+            config, self.engine, self.topics, self.link, self.replier, self.bridge,
+            self.metrics, self.liveness, sources=self.sources,
+            camera_options=self.camera_options, pool=self.pool,
+            publish_pool_off=self.pool_membership.publish_off, online=self._online,
+            settled=self._settled, shutdown_requested=self.shutdown_requested)
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()
         self._started = False
         self._announcer: Any = None
-        self._recovered = False
 
     @property
     def online(self) -> threading.Event:
         """Set once ``bridge/state = online`` was confirmed by the broker."""
         return self._online
+
+    @property
+    def startup_failure(self) -> str | None:
+        """Why the start failed (the broker refused us), else None."""
+        return self.online_sequence.startup_failure
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -260,22 +265,13 @@ class Service:
                 self.replier.stop(drain_s=5.0)
                 self.bridge.stop()
                 self.progress.stop()
-                self._publish_offline()
+                self.online_sequence.publish_offline()
                 self.link.stop()
             self.cameras.stop()
             if self._announcer is not None:
                 self._announcer.stop()
             self._online.clear()
             self._stopped.set()
-
-    def _publish_offline(self) -> None:
-        if not self.link.connected:
-            return
-        try:
-            info = self.link.publish(self.topics.state, b"offline", qos=1, retain=True)
-            wait_confirmed(info, 2.0)
-        except Exception:
-            log.warning("could not publish offline", exc_info=True)
 
     def wait(self) -> None:
         """Block until stopped."""
@@ -296,80 +292,19 @@ class Service:
             self.pool.poke()
         sd_notify(f"STATUS=serving {self.engine.name} as {self.node_id}" if serving
                   else f"STATUS=cannot serve: {problem}")
-        if not (self._probe_passed and self.link.ready):
+        if not (self.online_sequence.probe_passed and self.link.ready):
             return  # the next connect publishes the state
         try:
-            self._publish_state()
+            self.online_sequence.publish_state()
             self.bridge.publish_health()
         except Exception:
             log.exception("publishing the serving state failed")
-
-    def _publish_state(self) -> tuple[bool, Any]:
-        """``bridge/state``: ``online`` while serving, else ``offline`` (Home Assistant's
-        ``payload_not_available``). Returns (serving, the publish's MQTTMessageInfo)."""
-        with self._state_lock:  # the last state published is the current one
-            serving = self.liveness.serving
-            return serving, self.link.publish(self.topics.state,
-                                              b"online" if serving else b"offline",
-                                              qos=1, retain=True)
 
     def _health_extra(self, health: dict[str, Any]) -> None:
         health["serving"] = self.liveness.serving
         health["problem"] = self.liveness.problem
         health["mqtt"]["unreadable_dropped"] = self.link.unreadable
         health["pool"] = self.pool.status() if self.pool is not None else None
-
-    # ------------------------------------------------------------------ the shared pool
-
-    def _pool_unfit(self) -> str | None:
-        """Why the board must not be in the shared pool now (None: it should be)."""
-        if self._stopping:
-            return "stopped"
-        if not self._online.is_set():
-            return "not online yet"
-        if not self.link.ready:
-            return "the node's own connection is down"
-        if not self.liveness.serving:
-            return f"cannot serve: {self.liveness.problem}"
-        waited = self.replier.unconfirmed_s()
-        if waited > POOL_UNCONFIRMED_S:
-            return (f"the broker has not confirmed an answer for {waited:.0f} s (the node's "
-                    "connection is gone, not yet noticed)")
-        return None
-
-    def _left_pool(self, reason: str) -> None:
-        """Pool thread: the pooled requests still waiting here get ``busy`` (their clients
-        send them again, to a board that serves); the running one finishes."""
-        if reason == "stopped":
-            return  # the worker's shutdown answers every waiting request
-        refused = self.worker.refuse_waiting(_is_pooled, Busy(
-            f"this board left the shared pool ({reason}); send the request again"))
-        if refused:
-            log.info("%d pooled request(s) waiting here answered busy", refused)
-        try:
-            self.bridge.publish_health()
-        except Exception:
-            log.exception("publishing health failed")
-
-    def _publish_pool_off(self) -> None:
-        """``bridge/pool`` of a board without a pool (the pool's own thread says the rest)."""
-        if self.pool is None:
-            self._publish_pool_state(pool_state(None, False, "the pool is off "
-                                                "(mqtt.shared_group: null)"))
-
-    def _probe_node_link(self) -> bool:
-        """Pool thread: a round trip on the node's own connection (``bridge/pool`` says
-        ``joining``), confirmed within 3 s."""
-        info = self._pool_probe
-        if info is None or info.is_published():  # else wait on the one still in flight
-            group = self.config.mqtt.shared_group
-            info = self.link.publish(self.topics.pool, pool_state(group, False, "joining"),
-                                     qos=1, retain=True)
-            self._pool_probe = info
-        return wait_confirmed(info, 3.0)
-
-    def _publish_pool_state(self, payload: bytes) -> None:
-        self.link.publish(self.topics.pool, payload, qos=1, retain=True)
 
     def _publish_progress(self, topic: str, payload: bytes, properties: Any) -> None:
         self.link.publish(topic, payload, qos=0, properties=properties)
@@ -386,94 +321,12 @@ class Service:
 
     def _on_link_failure(self, failure: ConnectFailure) -> None:
         """A failed connection (network thread): permanent ones end a start, never a run."""
-        if failure.permanent and not self._probe_passed:
-            self._fail_startup(failure.message)
-
-    def _fail_startup(self, reason: str) -> None:
-        if self.startup_failure is None:
-            self.startup_failure = reason
-        self.shutdown_requested.set()
-        self._settled.set()
+        if failure.permanent and not self.online_sequence.probe_passed:
+            self.online_sequence.fail_startup(failure.message)
 
     def _on_ready(self, session_present: bool) -> None:
-        """Subscriptions confirmed (network thread): the first time, probe the ACL first."""
-        if self._probe_passed:
-            self._announce_online()
-            return
-        try:
-            discovery = None
-            if self.config.homeassistant.discovery:
-                from .integrations.homeassistant import device_topic, discovery_context
-
-                discovery = device_topic(discovery_context(self.config, __version__,
-                                                           self.engine.name))
-            targets = probe_targets(self.topics, sorted(self.config.cameras), discovery)
-            AclProbe(self.link, targets, self.replier.after_confirmed, self._after_probe).run()
-        except Exception:  # a bug in the probe must not keep the daemon offline
-            log.exception("the ACL probe failed; going online without it")
-            self._after_probe([])
-
-    def _after_probe(self, problems: list[str]) -> None:
-        if problems:
-            self._fail_startup(f"the broker's ACL denies {len(problems)} topic(s) the daemon "
-                               f"needs: {', '.join(problems)} (see the lines above)")
-            return
-        self._probe_passed = True
-        self._announce_online()
-
-    def _announce_online(self) -> None:
-        """Publish our state, then ``online`` (``offline`` while the daemon cannot serve)."""
-        steps: tuple[Callable[[], None], ...] = (
-            self._publish_info, self._publish_discovery, self._publish_camera_states,
-            self._publish_pool_off,
-            lambda: self.bridge.publish_busy(self.metrics.busy), self.bridge.publish_health)
-        for step in steps:  # none of these may keep us from going online
-            try:
-                step()
-            except Exception:
-                log.exception("publishing state on connect failed")
-        serving, info = self._publish_state()
-        if not serving:
-            log.warning("connected, but cannot serve (%s): bridge/state stays offline",
-                        self.liveness.problem)
-            return
-        self.replier.after_confirmed([info], self._went_online)
-        log.info("online as %s (requests on %s)", self.node_id,
-                 self.topics.request("describe"))
-
-    def _went_online(self) -> None:
-        self._online.set()
-        self._settled.set()
-        if self.pool is not None:
-            self.pool.poke()
-        if not self._recovered:  # events journaled by a run that died: their records
-            self._recovered = True
-            try:
-                self.sources.recover()
-            except Exception:
-                log.exception("recovering the journaled frigate events failed")
-
-    def _publish_info(self) -> None:
-        self.bridge.publish_info(info_payload(self.config, self.engine, self.topics))
-
-    def _publish_camera_states(self) -> None:
-        for topic, payload, retain in [*self.sources.state_messages(),
-                                       *self.sources.option_messages()]:
-            self.replier.publish(topic, payload, retain=retain)
-
-    def _publish_discovery(self) -> None:
-        if not self.config.homeassistant.discovery:
-            return
-        import dataclasses
-
-        from .integrations.homeassistant import discovery_context, discovery_messages
-
-        ctx = discovery_context(self.config, __version__, self.engine.name)
-        ctx = dataclasses.replace(ctx, removed_cameras=tuple(
-            c for c in self.camera_options.discovered_cameras if c not in ctx.cameras))
-        for topic, payload in discovery_messages(ctx):
-            self.replier.publish(topic, payload, retain=True)
-        self.camera_options.set_discovered_cameras(ctx.cameras)
+        """Subscriptions confirmed (network thread): :mod:`edgevlm.service_online`."""
+        self.online_sequence.on_ready(session_present)
 
     def _on_message(self, msg: Incoming) -> None:
         """Network thread: route one message; never raises (the link guards it too)."""
@@ -485,7 +338,7 @@ class Service:
         if msg.topic == self.ha_status:
             if msg.payload.strip().lower() == b"online":
                 delay = random.uniform(1.0, 5.0)
-                timer = threading.Timer(delay, self._safe_discovery)
+                timer = threading.Timer(delay, self.online_sequence.republish_discovery)
                 timer.daemon = True
                 timer.start()
             self.replier.ack_now(ack)
@@ -497,16 +350,6 @@ class Service:
 
     def _publish_camera(self, topic: str, payload: bytes, retain: bool) -> None:
         self.replier.publish(topic, payload, retain=retain)
-
-    def _safe_discovery(self) -> None:
-        try:
-            self._publish_discovery()
-        except Exception:
-            log.exception("re-publishing discovery failed")
-
-
-def _is_pooled(job: Job) -> bool:
-    return isinstance(job, RequestJob) and job.pooled
 
 
 def serve_main(config: Config) -> int:

@@ -551,14 +551,14 @@ def test_an_unexpected_error_of_one_entry_is_a_warning_naming_its_type(
     writer = VisionCache(directory=tmp_path, model_fingerprint=FP)
     writer.put(key(0), feats(0))
     writer.put(key(1), feats(1))
-    real = cache_module._read_entry
+    real = cache_module.read_entry  # from edgevlm.pipeline.cache_files
 
     def flaky(f: Any, header: dict[str, Any]) -> Any:
         if header["key"] == key(1):
             raise MemoryError
         return real(f, header)
 
-    monkeypatch.setattr(cache_module, "_read_entry", flaky)
+    monkeypatch.setattr(cache_module, "read_entry", flaky)
     with caplog.at_level(logging.WARNING, logger="edgevlm.pipeline.cache"):
         cache = VisionCache(directory=tmp_path, model_fingerprint=FP)
     assert key(0) in cache and key(1) not in cache
@@ -576,13 +576,13 @@ def test_reloaded_arrays_are_read_only(tmp_path: Path) -> None:
 
 def test_a_write_never_follows_a_symlink_planted_at_the_temporary_name(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import edgevlm.pipeline.cache as cache_module
+    import edgevlm.pipeline.cache_files as cache_files
 
     directory, victim = tmp_path / "cache", tmp_path / "victim"
     victim.write_bytes(b"not yours")
     cache = VisionCache(directory=directory, model_fingerprint=FP)
     names = iter([".planted.tmp", ".fresh.tmp"])
-    monkeypatch.setattr(cache_module, "_temporary_name", lambda key: next(names))
+    monkeypatch.setattr(cache_files, "temporary_name", lambda key: next(names))
     (directory / ".planted.tmp").symlink_to(victim)
     cache.put(key(0), feats(0))
     assert victim.read_bytes() == b"not yours"

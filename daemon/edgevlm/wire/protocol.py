@@ -1,181 +1,61 @@
-"""The one wire schema: request and response envelopes, content parts, error objects.
+"""The one wire schema: request and response envelopes, error objects.
 
 Requests follow the OpenAI chat shape (``messages`` with string or part-list content) inside a
 versioned envelope (``v: 1``). Parsing is strict: unknown keys and unknown part types are
-``invalid_request`` with the path of the offending field. Media are *not* decoded here: parts
-carry their base64 text, and the request side decides when (and whether) to decode them.
+``invalid_request`` with the path of the offending field. The content parts and their media
+bytes: :mod:`edgevlm.wire.parts` (re-exported here).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from json.encoder import encode_basestring as _encode_json_string
 from json.encoder import encode_basestring_ascii as _encode_json_string_ascii
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    AliasChoices,
-    BaseModel,
-    ConfigDict,
-    Discriminator,
-    Field,
-    PrivateAttr,
-    Tag,
-    ValidationError,
-    field_validator,
-    model_validator,
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+
+from .errors import InvalidRequest
+from .parts import (
+    PART_TYPES,
+    AudioPart,
+    ContentPart,
+    ImagePart,
+    ImageRefPart,
+    ImageUrl,
+    ImageUrlPart,
+    InlineBytes,
+    MediaSource,
+    StrictModel,
+    TextPart,
+    UnicodeText,
+    VideoFramesPart,
+    VisionTokensPart,
+    VisionTokensPayload,
+    media_base64,
+    media_base64_span,
+    media_bytes,
 )
 
-from . import strict_base64
-from .errors import InvalidRequest, UnsupportedMedia
+__all__ = [
+    "MAX_ID_LENGTH", "MAX_STOP_STRINGS", "PART_TYPES", "PROTOCOL_VERSION", "AnswerData",
+    "AudioPart", "CacheInfo", "ContentPart", "ErrorBody", "ErrorType", "ImagePart",
+    "ImageRefPart", "ImageUrl", "ImageUrlPart", "InlineBytes", "MMProcessorKwargs",
+    "MediaSource", "Message", "Metrics", "Progress", "Request", "Response", "StreamChunk",
+    "TextPart", "UnicodeText", "Usage", "VideoFramesPart", "VisionTokensPart",
+    "VisionTokensPayload", "error_answer_json", "media_base64", "media_base64_span",
+    "media_bytes", "parse_request", "request_id_of", "request_schema",
+]
 
 PROTOCOL_VERSION: Literal[1] = 1
 MAX_ID_LENGTH = 128
 MAX_STOP_STRINGS = 8
 
-_DATA_URL = re.compile(
-    r"\Adata:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(?:;[\w.+-]+=[^;,]*)*);base64,")
+
+# --------------------------------------------------------------------------- messages
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-
-# --------------------------------------------------------------------------- content parts
-
-
-class InlineBytes(_Strict):
-    """Media bytes as base64 with an optional MIME type. In the daemon the bytes may also be
-    held raw (:meth:`of_bytes`: a camera frame), never base64-encoded just to be decoded."""
-
-    b64: str
-    mime: str | None = None
-    _raw: bytes | None = PrivateAttr(default=None)
-
-    @classmethod
-    def of_bytes(cls, data: bytes, mime: str | None = None) -> InlineBytes:
-        """Raw bytes already in hand (not from the wire; ``b64`` stays empty)."""
-        inline = cls(b64="", mime=mime)
-        inline._raw = data
-        return inline
-
-    @property
-    def raw(self) -> bytes | None:
-        return self._raw
-
-
-MediaSource = Annotated[str | InlineBytes, Field(description="a data: URL or {b64, mime}")]
-
-
-def _valid_unicode(text: str) -> str:
-    """Refuse a lone surrogate (a ``\\ud800`` escape in the JSON): no tokenizer can encode it."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"not valid Unicode: a lone surrogate {text[exc.start]!r} at "
-                         f"character {exc.start}; send UTF-8 text") from None
-    return text
-
-
-UnicodeText = Annotated[str, AfterValidator(_valid_unicode)]
-
-
-class TextPart(_Strict):
-    type: Literal["text"]
-    text: UnicodeText
-
-
-class ImagePart(_Strict):
-    type: Literal["image"]
-    image: MediaSource
-
-
-class ImageUrl(_Strict):
-    url: str
-
-
-class ImageUrlPart(_Strict):
-    """OpenAI's ``image_url``; only ``data:`` URLs are accepted, nothing is ever fetched."""
-
-    type: Literal["image_url"]
-    image_url: str | ImageUrl
-
-    @field_validator("image_url")
-    @classmethod
-    def _data_url_only(cls, value: str | ImageUrl) -> str | ImageUrl:
-        url = value if isinstance(value, str) else value.url
-        if not url.startswith("data:"):
-            raise ValueError("only data: URLs are accepted (edgevlm never fetches http or file "
-                             "URLs); send the bytes as 'data:image/jpeg;base64,...'")
-        return value
-
-
-class VideoFramesPart(_Strict):
-    """A clip as a list of same-size frames sampled at ``fps``."""
-
-    type: Literal["video_frames"]
-    video_frames: list[MediaSource] = Field(min_length=1)
-    fps: float = Field(default=2.0, gt=0, le=240)
-
-
-class VisionTokensPayload(_Strict):
-    """Client-precomputed vision features (seed protocol v1 plus ``dtype``/``layout``)."""
-
-    grid: tuple[int, int, int]
-    tokens_b64: str
-    ds_b64: list[str] | None = None
-    dtype: Literal["f32", "f16"] = "f32"
-    layout: Literal["separate", "packed"] = "separate"
-
-
-class VisionTokensPart(_Strict):
-    type: Literal["vision_tokens"]
-    vision_tokens: VisionTokensPayload
-
-
-class ImageRefPart(_Strict):
-    """A reference returned by an earlier answer (``cache[].key``): 64 hex digits, usable by
-    the reply route it was sent to (:mod:`edgevlm.pipeline.image_refs`); a bare 32-digit cache key
-    parses, and finds nothing in the daemon."""
-
-    type: Literal["image_ref"]
-    image_ref: str = Field(pattern=r"^[0-9a-f]{32}(?:[0-9a-f]{32})?$")
-
-
-class AudioPart(BaseModel):
-    """Audio in any of the OpenAI spellings; parsed only so it can be refused clearly."""
-
-    model_config = ConfigDict(extra="allow", frozen=True)
-    type: Literal["audio", "input_audio", "audio_url"]
-
-
-def _part_tag(value: Any) -> str | None:
-    if isinstance(value, dict):
-        tag = value.get("type")
-        return tag if isinstance(tag, str) else None
-    return getattr(value, "type", None)
-
-
-ContentPart = Annotated[
-    Annotated[TextPart, Tag("text")]
-    | Annotated[ImagePart, Tag("image")]
-    | Annotated[ImageUrlPart, Tag("image_url")]
-    | Annotated[VideoFramesPart, Tag("video_frames")]
-    | Annotated[VisionTokensPart, Tag("vision_tokens")]
-    | Annotated[ImageRefPart, Tag("image_ref")]
-    | Annotated[AudioPart, Tag("audio")]
-    | Annotated[AudioPart, Tag("input_audio")]
-    | Annotated[AudioPart, Tag("audio_url")],
-    Discriminator(_part_tag),
-]
-
-PART_TYPES = ("text", "image", "image_url", "video_frames", "vision_tokens", "image_ref",
-              "audio", "input_audio", "audio_url")
-
-
-class Message(_Strict):
+class Message(StrictModel):
     role: Literal["system", "user", "assistant"]
     content: UnicodeText | list[ContentPart]
 
@@ -186,7 +66,7 @@ class Message(_Strict):
         return list(self.content)
 
 
-class MMProcessorKwargs(_Strict):
+class MMProcessorKwargs(StrictModel):
     """Per-request pixel bounds; clamped by the deployment's configuration."""
 
     min_pixels: int | None = Field(default=None, ge=1)
@@ -196,7 +76,7 @@ class MMProcessorKwargs(_Strict):
 # --------------------------------------------------------------------------- request
 
 
-class Request(_Strict):
+class Request(StrictModel):
     v: Literal[1] = PROTOCOL_VERSION
     id: str | None = Field(default=None, max_length=MAX_ID_LENGTH,
                            validation_alias=AliasChoices("id", "transaction"))
@@ -246,13 +126,13 @@ class Request(_Strict):
 # --------------------------------------------------------------------------- response
 
 
-class Usage(_Strict):
+class Usage(StrictModel):
     prompt_tokens: int
     vision_tokens: int
     completion_tokens: int
 
 
-class Metrics(_Strict):
+class Metrics(StrictModel):
     queue_ms: float = 0.0
     media_ms: float = 0.0
     encode_ms: float = 0.0
@@ -262,12 +142,12 @@ class Metrics(_Strict):
     total_ms: float = 0.0
 
 
-class CacheInfo(_Strict):
+class CacheInfo(StrictModel):
     hit: bool
     key: str
 
 
-class AnswerData(_Strict):
+class AnswerData(StrictModel):
     text: str
     finish_reason: Literal["stop", "length", "cancelled"]
     usage: Usage
@@ -283,13 +163,13 @@ ErrorType = Literal["invalid_request", "mm_limit_exceeded", "unsupported_modalit
                     "deadline_exceeded", "internal"]
 
 
-class ErrorBody(_Strict):
+class ErrorBody(StrictModel):
     code: int
     type: ErrorType
     message: str
 
 
-class Response(_Strict):
+class Response(StrictModel):
     v: Literal[1] = PROTOCOL_VERSION
     id: str | None = None
     transaction: str | None = Field(default=None, description="the same value as id, for "
@@ -335,7 +215,7 @@ def error_answer_json(request_id: str | None, code: int, type_: ErrorType, messa
             + b"}}")
 
 
-class StreamChunk(_Strict):
+class StreamChunk(StrictModel):
     """A partial answer published before the final one when ``stream`` is true."""
 
     v: Literal[1] = PROTOCOL_VERSION
@@ -346,7 +226,7 @@ class StreamChunk(_Strict):
     text: str
 
 
-class Progress(_Strict):
+class Progress(StrictModel):
     """A request is queued or running on ``node`` (sent while the request asked for
     ``progress_s``); never the answer: the final message has ``status`` ok or error."""
 
@@ -448,38 +328,6 @@ def _id_of(obj: Any) -> str | None:
             if isinstance(value, str) and len(value) <= MAX_ID_LENGTH:
                 return value
     return None
-
-
-# --------------------------------------------------------------------------- media bytes
-
-
-def media_base64_span(source: str | InlineBytes | ImageUrl) -> tuple[str | None, str, int]:
-    """(mime, text, start): the base64 is ``text[start:]``; nothing is copied."""
-    if isinstance(source, InlineBytes):
-        return source.mime, source.b64, 0
-    url = source.url if isinstance(source, ImageUrl) else source
-    match = _DATA_URL.match(url)
-    if not match:
-        raise UnsupportedMedia("media must be a 'data:<mime>;base64,<bytes>' URL or "
-                               "{'b64': ..., 'mime': ...}")
-    return match.group("mime"), url, match.end()
-
-
-def media_base64(source: str | InlineBytes | ImageUrl) -> tuple[str | None, str]:
-    """(mime, base64 text) of a media source, without decoding the bytes."""
-    mime, text, start = media_base64_span(source)
-    return mime, text[start:] if start else text
-
-
-def media_bytes(source: str | InlineBytes | ImageUrl) -> bytes:
-    """The raw bytes of a media source (strict base64)."""
-    if isinstance(source, InlineBytes) and source.raw is not None:
-        return source.raw
-    _, text = media_base64(source)
-    try:
-        return strict_base64.decode(text)
-    except strict_base64.Base64Error as exc:
-        raise UnsupportedMedia(f"media base64 is invalid: {exc}") from None
 
 
 def request_schema() -> dict[str, Any]:

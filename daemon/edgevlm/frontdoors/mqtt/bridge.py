@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -29,6 +28,7 @@ from ...engine import Engine
 from ...metrics import Metrics
 from ...pipeline.cache import VisionCache
 from ...pipeline.worker import Answered
+from .periodic import PeriodicThread
 from .replies import Replier
 from .topics import VERBS, Topics
 
@@ -94,17 +94,14 @@ class Bridge:
         self.health_interval_s = health_interval_s
         # more of bridge/health from outside the metrics (the service: serving, problem)
         self.health_extra: Callable[[dict[str, Any]], None] | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._health_loop, name="edgevlm-health",
-                                        daemon=True)
+        self._thread = PeriodicThread("edgevlm-health", health_interval_s, self._health_tick,
+                                      log=log, failure="publishing health failed")
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=2.0)
+        self._thread.stop()
 
     def _json(self, topic: str, obj: dict[str, Any], retain: bool) -> None:
         self.replier.publish(topic, json.dumps(obj, separators=(",", ":")), retain=retain)
@@ -126,10 +123,6 @@ class Bridge:
         self._json(self.topics.last_answer, last_answer_payload(answer), retain=True)
         self._json(self.topics.event, event_payload(answer), retain=False)
 
-    def _health_loop(self) -> None:
-        while not self._stop.wait(self.health_interval_s):
-            try:
-                if self.replier.link.connected:
-                    self.publish_health()
-            except Exception:
-                log.exception("publishing health failed")
+    def _health_tick(self) -> None:
+        if self.replier.link.connected:
+            self.publish_health()

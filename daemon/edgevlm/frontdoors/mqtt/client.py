@@ -22,6 +22,9 @@
 - a failed connection explained in one log line that names what to change
   (:mod:`.connect_errors`), and the reason codes of refused subscriptions and publishes kept
   for the start-up ACL probe (:mod:`.probe`).
+
+The settings and packet size limits: :mod:`.link_settings`; a received message and the size
+of an outgoing one: :mod:`.messages`.
 """
 
 from __future__ import annotations
@@ -34,7 +37,6 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import paho.mqtt.client as paho
@@ -42,28 +44,35 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from ...config import MQTTConfig
 from . import fast_properties
 from .connect_errors import ConnectDiagnosis, ConnectFailure
+from .link_settings import (
+    DEFAULT_MAX_PACKET,
+    PROTOCOL_MAX_PACKET,
+    LinkSettings,
+    max_incoming_packet,
+)
+from .messages import (
+    PROPERTIES_BOUND,
+    Incoming,
+    PacketTooLarge,
+    incoming_of,
+    new_properties,
+    publish_packet_size,
+    wait_confirmed,
+)
 from .paho_client import PahoClient, PahoLog
+
+# Incoming, LinkSettings and the packet helpers live in .messages and .link_settings;
+# importable from here too, as before.
+__all__ = ["WATCHDOG_EXIT_CODE", "Incoming", "LinkSettings", "MqttLink", "PacketTooLarge",
+           "max_incoming_packet", "never_raises", "new_properties", "publish_packet_size",
+           "wait_confirmed"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_PACKET = 2_000_000     # what we assume when the broker does not say (3.1.1)
-PROTOCOL_MAX_PACKET = 268_435_455  # MQTT's own limit (v5 broker without the property)
 WATCHDOG_EXIT_CODE = 70            # EX_SOFTWARE
-# Room for what comes with a request's payload: its topic, Response Topic, Correlation Data
-# and Content Type or User Properties (each at most 64 KiB), the packet id and fixed header.
-INCOMING_HEADROOM = 4 * 65_536
 UNREADABLE_LOG_LIMIT = 10          # unreadable messages logged one by one per minute
-
-
-def max_incoming_packet(max_payload_bytes: int) -> int:
-    """The Maximum Packet Size the daemon announces in CONNECT (MQTT v5): the largest request
-    payload (``limits.max_payload_bytes``) plus :data:`INCOMING_HEADROOM`. A request just
-    over the payload limit still arrives and is answered ``payload_too_large``; a larger one
-    is dropped by the broker (MQTT 5 §3.1.2.11.4) instead of being buffered whole here."""
-    return min(int(max_payload_bytes) + INCOMING_HEADROOM, PROTOCOL_MAX_PACKET)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -81,102 +90,6 @@ def never_raises(func: F) -> F:
             return None
 
     return guarded  # type: ignore[return-value]
-
-
-class PacketTooLarge(Exception):
-    """An outgoing message is bigger than the broker accepts."""
-
-
-@dataclass(frozen=True)
-class Incoming:
-    """A received message, decoupled from paho's objects."""
-
-    topic: str
-    payload: bytes
-    qos: int
-    mid: int
-    dup: bool
-    retain: bool
-    received: float                      # time.monotonic() on arrival
-    response_topic: str | None = None    # v5 Response Topic
-    correlation: bytes | None = None     # v5 Correlation Data
-    expiry_s: int | None = None          # v5 Message Expiry Interval left on arrival
-    link: MqttLink | None = field(default=None, compare=False, repr=False)  # it came on
-
-
-@dataclass(frozen=True)
-class LinkSettings:
-    host: str
-    port: int
-    client_id: str
-    protocol5: bool
-    keepalive: int
-    will_topic: str
-    will_payload: bytes = b"offline"
-    will_delay_s: int = 5
-    username: str | None = None
-    password: str | None = None
-    tls_ca: str | None = None
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    tls_insecure: bool = False
-    use_tls: bool = False
-    clean_start: bool = False
-    session_expiry_s: int = 3600
-    reconnect_min_s: float = 1.0
-    reconnect_max_s: float = 60.0
-    max_packet_size: int | None = None  # v5 CONNECT Maximum Packet Size; None: not sent
-
-    @classmethod
-    def from_config(cls, mqtt: MQTTConfig, host: str, will_topic: str,
-                    max_packet_size: int | None = None) -> LinkSettings:
-        tls = mqtt.tls
-        return cls(host=host, port=mqtt.port, client_id=mqtt.resolved_client_id(),
-                   protocol5=str(mqtt.protocol) == "5", keepalive=mqtt.keepalive,
-                   will_topic=will_topic, will_delay_s=mqtt.will_delay_s,
-                   username=mqtt.username, password=mqtt.password,
-                   use_tls=tls is not None, tls_ca=tls.ca if tls else None,
-                   tls_cert=tls.cert if tls else None, tls_key=tls.key if tls else None,
-                   tls_insecure=bool(tls and tls.insecure), clean_start=mqtt.clean_start,
-                   session_expiry_s=mqtt.session_expiry_s,
-                   reconnect_min_s=mqtt.reconnect_min_s, reconnect_max_s=mqtt.reconnect_max_s,
-                   max_packet_size=max_packet_size)
-
-
-# More than the properties edgevlm puts on a PUBLISH can take (a response topic and
-# correlation data of at most 64 KiB each, a message expiry) plus the fixed header.
-PROPERTIES_BOUND = 3 * 65_536
-
-
-def new_properties(packet_type: int) -> Properties:
-    return fast_properties.new_properties(packet_type)
-
-
-def _varint_len(n: int) -> int:
-    size = 1
-    while n >= 128:
-        n //= 128
-        size += 1
-    return size
-
-
-def publish_packet_size(topic: str, payload: bytes, qos: int, properties: Properties | None,
-                        protocol5: bool) -> int:
-    """Bytes of the PUBLISH packet paho will send."""
-    remaining = 2 + len(topic.encode()) + (2 if qos else 0) + len(payload)
-    if protocol5:
-        remaining += len(properties.pack()) if properties is not None else 1  # type: ignore[no-untyped-call]
-    return 1 + _varint_len(remaining) + remaining
-
-
-def wait_confirmed(info: paho.MQTTMessageInfo, timeout: float) -> bool:
-    """Wait until the broker confirmed a QoS 1 publish (PUBACK), also across reconnects.
-
-    paho's ``wait_for_publish`` raises at once for a message published while disconnected,
-    although paho resends it after the reconnect; this waits for the PUBACK itself."""
-    condition: threading.Condition = info._condition
-    with condition:
-        return bool(condition.wait_for(lambda: info._published, timeout))
 
 
 class MqttLink:
@@ -468,23 +381,13 @@ class MqttLink:
     def _on_message(self, client: paho.Client, userdata: Any, message: paho.MQTTMessage
                     ) -> None:
         received = time.monotonic()
-        props = getattr(message, "properties", None)
-        response_topic = correlation = expiry = None
-        if props is not None:
-            response_topic = getattr(props, "ResponseTopic", None)
-            correlation = getattr(props, "CorrelationData", None)
-            expiry = getattr(props, "MessageExpiryInterval", None)
         try:
             topic = message.topic
         except UnicodeDecodeError:
             log.warning("dropping a message whose topic is not UTF-8")
             self.ack(message.mid, message.qos)
             return
-        incoming = Incoming(topic=topic, payload=bytes(message.payload), qos=message.qos,
-                            mid=message.mid, dup=bool(message.dup), retain=bool(message.retain),
-                            received=received, response_topic=response_topic,
-                            correlation=bytes(correlation) if correlation is not None else None,
-                            expiry_s=int(expiry) if expiry is not None else None, link=self)
+        incoming = incoming_of(message, topic, received, self)
         try:
             self._on_message_cb(incoming)
         except Exception:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from . import peer_certificate
 
 if TYPE_CHECKING:
-    from .client import LinkSettings as Settings
+    from .link_settings import LinkSettings as Settings
 
 log = logging.getLogger(__name__)
 

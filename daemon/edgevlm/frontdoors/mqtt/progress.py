@@ -22,6 +22,7 @@ from paho.mqtt.properties import Properties
 
 from ...pipeline.jobs import RequestJob
 from ...wire.protocol import Progress
+from .periodic import PeriodicThread
 from .replies import Route
 
 log = logging.getLogger(__name__)
@@ -44,17 +45,14 @@ class ProgressBeacon:
         self._lock = threading.Lock()
         # id(job) -> (job, its reply route, next send)
         self._due: dict[int, tuple[RequestJob, Route, float]] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="edgevlm-progress",
-                                        daemon=True)
+        self._thread = PeriodicThread("edgevlm-progress", TICK_S, self.tick, log=log,
+                                      failure="sending progress messages failed (carrying on)")
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=2.0)
+        self._thread.stop()
 
     def track(self, job: RequestJob, route: Route) -> None:
         """A job just queued that asked for ``progress_s``: its first ``working`` now (to
@@ -82,13 +80,6 @@ class ProgressBeacon:
         if serving:  # a board that cannot serve falls silent: its clients go elsewhere
             for job, route in due:
                 self._send(job, route)
-
-    def _run(self) -> None:
-        while not self._stop.wait(TICK_S):
-            try:
-                self.tick()
-            except Exception:
-                log.exception("sending progress messages failed (carrying on)")
 
     def _send(self, job: RequestJob, route: Route) -> None:
         rid = job.request.id
