@@ -32,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from .config_http import HttpConfig
 from .config_sources import Loc, RawConfig, apply_env, apply_overrides, read_yaml
 from .pipeline.limits import MMLimits, RequestLimits
 from .vision.decode import MediaPolicy
@@ -284,7 +285,7 @@ class FrigateConfig(_Section):
                                     "to /api/events/<id>/description")
 
 
-SECRET_KEYS = frozenset({"password", "key", "secret", "token"})
+SECRET_KEYS = frozenset({"password", "key", "secret", "token", "api_key"})
 REDACTED = "***"
 
 
@@ -320,6 +321,7 @@ class Config(_Section):
     zeroconf: ZeroconfConfig = Field(default_factory=ZeroconfConfig)
     cameras: dict[NodeName, CameraConfig] = Field(default_factory=dict)
     frigate: FrigateConfig = Field(default_factory=FrigateConfig)
+    http: HttpConfig = Field(default_factory=HttpConfig)
 
     _secret_paths: set[Loc] = PrivateAttr(default_factory=set)
     _secret_values: frozenset[str] = PrivateAttr(default_factory=frozenset)

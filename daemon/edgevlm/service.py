@@ -147,6 +147,13 @@ class Service:
         self.liveness = Liveness(liveness, job_started=lambda: self.worker.running_since,
                                  failures_in_a_row=self.metrics.failures_in_a_row)
         self.liveness.add_listener(self._on_serving_changed)
+        self.http = None  # the HTTP front door (http.enabled; imports aiohttp)
+        if config.http.enabled:
+            from .frontdoors.http.build import build_http_door
+
+            self.http = build_http_door(config, self.engine, self.queue, self.metrics,
+                                        side=lambda: self.requests.side, refs=self.requests.refs,
+                                        serving=lambda: self.liveness.serving)
         self._stopping = False
         self._online = threading.Event()
         self._settled = threading.Event()  # online, or a start-up failure
@@ -221,6 +228,8 @@ class Service:
         gc.freeze()
         self.replier.start()
         self.worker.start()
+        if self.http is not None:
+            self.http.start()  # OSError (the port is taken): the start fails
         self.bridge.start()
         self.liveness.start()
         self.progress.start()
@@ -259,6 +268,8 @@ class Service:
             if self.pool is not None:  # first: no pooled request arrives to be refused
                 self.pool.stop()
             self.requests.accepting = False
+            if self.http is not None:
+                self.http.stop()
             self.liveness.stop()
             if self._started:
                 self.worker.shutdown(grace_s)

@@ -96,7 +96,7 @@ SECTION_CLASSES = {"model": "ModelConfig", "limits": "LimitsConfig", "media": "M
                    "cache": "CacheConfig", "mqtt": "MQTTConfig",
                    "homeassistant": "HomeAssistantConfig", "zeroconf": "ZeroconfConfig",
                    "cameras.*": "CameraConfig", "mqtt.tls": "TLSConfig",
-                   "frigate": "FrigateConfig"}
+                   "frigate": "FrigateConfig", "http": "HttpConfig"}
 
 
 class Reads(ast.NodeVisitor):
@@ -120,7 +120,7 @@ class Reads(ast.NodeVisitor):
     def section_of(node: ast.AST, aliases: dict[str, str]) -> str | None:
         if isinstance(node, ast.Attribute):
             if node.attr in ("model", "limits", "media", "cache", "mqtt", "homeassistant",
-                             "zeroconf", "cameras", "frigate"):
+                             "zeroconf", "cameras", "frigate", "http"):
                 return node.attr
             if node.attr == "tls":
                 return "mqtt.tls"

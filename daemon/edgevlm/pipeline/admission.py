@@ -8,11 +8,13 @@ whose wire form comes from :func:`edgevlm.wire.errors.wire_error`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from ..vision.prepare import PreparedMedia
-from ..wire.errors import EdgevlmError, PayloadTooLarge
+from ..wire.errors import CacheMiss, EdgevlmError, PayloadTooLarge
 from ..wire.protocol import Request, parse_request
+from .image_refs import ImageRefs
 from .limits import RequestLimits, check_request_limits, count_items
 from .preflight import Budget, PreflightContext, preflight
 
@@ -23,6 +25,22 @@ class RequestSide:
 
     limits: RequestLimits
     preflight: PreflightContext
+
+
+def side_for(side: RequestSide, refs: ImageRefs, requester: str) -> RequestSide:
+    """The request side of one requester (every front door's): its ``image_ref`` parts are
+    opened with its capabilities (:mod:`.image_refs`) and cost what the cache holds."""
+    cached_tokens = side.preflight.ref_tokens
+
+    def ref_tokens(ref: str) -> int | None:
+        key = refs.open(ref, requester)
+        if key is None:
+            raise CacheMiss(f"image_ref {ref} was not given to this requester: a reference "
+                            "works only for the requester its answer went to, until the "
+                            "daemon restarts; send the image bytes again")
+        return cached_tokens(key) if cached_tokens is not None else None
+
+    return RequestSide(side.limits, dataclasses.replace(side.preflight, ref_tokens=ref_tokens))
 
 
 @dataclass

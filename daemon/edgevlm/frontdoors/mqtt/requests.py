@@ -14,7 +14,6 @@ worker. Requests arrive on two connections (the node's and the shared pool's,
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
 import re
@@ -22,13 +21,12 @@ import time
 from collections.abc import Callable
 
 from ...metrics import Metrics
-from ...pipeline.admission import RequestSide
+from ...pipeline.admission import RequestSide, side_for
 from ...pipeline.image_refs import PROCESS_REFS, ImageRefs
 from ...pipeline.jobs import JobQueue, RequestJob
 from ...verbs import get_verb
 from ...wire.errors import (
     Busy,
-    CacheMiss,
     EdgevlmError,
     IdReused,
     InvalidRequest,
@@ -115,22 +113,6 @@ class RequestHandler:
                              "went to the default response topic)")
         return Route(msg.response_topic, msg.correlation), None
 
-    def side_for(self, requester: str) -> RequestSide:
-        """The request side of one requester: its ``image_ref`` parts are opened with its
-        capabilities (:mod:`edgevlm.pipeline.image_refs`) and cost what the cache holds."""
-        cached_tokens = self.side.preflight.ref_tokens
-        refs = self.refs
-
-        def ref_tokens(ref: str) -> int | None:
-            key = refs.open(ref, requester)
-            if key is None:
-                raise CacheMiss(f"image_ref {ref} was not given to this requester: a "
-                                "reference works only for the reply route its answer went "
-                                "to, until the daemon restarts; send the image bytes again")
-            return cached_tokens(key) if cached_tokens is not None else None
-
-        return RequestSide(self.side.limits, dataclasses.replace(self.side.preflight,
-                                                                 ref_tokens=ref_tokens))
 
     def handle(self, msg: Incoming, rt: RequestTopic) -> None:
         """Admit one request message (called on the network thread; never raises)."""
@@ -154,7 +136,8 @@ class RequestHandler:
         ack = Ack.of(msg)
         requester = self.replies.requester(route.topic)
         try:
-            admitted = get_verb(rt.verb).admit(msg.payload, self.side_for(requester))
+            admitted = get_verb(rt.verb).admit(msg.payload,
+                                              side_for(self.side, self.refs, requester))
         except EdgevlmError as exc:  # the id comes with it: the payload is parsed once
             rid = exc.request_id
             if rid is None and isinstance(exc, PayloadTooLarge):

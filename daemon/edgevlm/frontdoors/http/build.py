@@ -1,0 +1,39 @@
+"""The HTTP front door of a daemon, built from its config and its parts (imports aiohttp:
+called only when ``http.enabled`` is set)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from ...config import Config
+from ...engine import Engine
+from ...metrics import Metrics
+from ...pipeline.admission import RequestSide
+from ...pipeline.image_refs import ImageRefs
+from ...pipeline.jobs import JobQueue
+from ..mqtt.bridge import WEIGHT_TYPES
+from .ollama_api import ModelCard
+from .server import HttpFrontDoor
+from .submit import Submitter
+
+
+def model_card(config: Config, engine: Engine) -> ModelCard:
+    files = [p for p in (engine.files.text, engine.files.mmproj) if p is not None]
+    weight_type = int(engine.model.info.get("weight_type", -1))
+    modified = max(p.stat().st_mtime for p in files)
+    return ModelCard(
+        name=config.http.model_name or engine.name, family=engine.architecture.architecture,
+        context=engine.context, size=sum(p.stat().st_size for p in files),
+        quantization=WEIGHT_TYPES.get(weight_type, f"type{weight_type}"),
+        digest=engine.facts.fingerprint,
+        modified_at=datetime.fromtimestamp(modified, UTC).isoformat().replace("+00:00", "Z"))
+
+
+def build_http_door(config: Config, engine: Engine, queue: JobQueue, metrics: Metrics, *,
+                    side: Callable[[], RequestSide], refs: ImageRefs,
+                    serving: Callable[[], bool]) -> HttpFrontDoor:
+    submitter = Submitter(side, queue, metrics, refs, config.limits.default_deadline_ms)
+    return HttpFrontDoor(config.http, submitter, model_card(config, engine),
+                         max_body_bytes=config.limits.max_payload_bytes, serving=serving,
+                         default_max_tokens=config.http.default_max_tokens)

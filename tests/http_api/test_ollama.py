@@ -1,0 +1,85 @@
+"""The Ollama dialect, driven by the ``ollama`` package (the client Frigate's ``ollama``
+provider and Home Assistant's Ollama integration use)."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from typing import Any
+
+import ollama
+import pytest
+
+from tests.helpers import image_bytes
+from tests.http_api.conftest import API_KEY
+
+PROMPT = "Describe the person in the picture."
+
+# Frigate's ollama provider (frigate/genai/ollama.py at commit 13abc4c9):
+# LOCAL_OPTIMIZED_OPTIONS (lines 23-29) are sent with every request; _init_provider calls
+# client.show(model) first (line 54) with "Authorization: Bearer <api_key>" when a key is set
+# (_auth_headers, lines 34-38); _send calls provider.generate(model, prompt, images=[jpeg
+# bytes], **options).
+FRIGATE_OPTIONS = {"options": {"temperature": 0.5, "repeat_penalty": 1.05,
+                               "presence_penalty": 0.3}}
+
+
+def client(service: Any, **kwargs: Any) -> ollama.Client:
+    return ollama.Client(host=service.http_url, timeout=60, **kwargs)
+
+
+def test_frigates_ollama_provider_end_to_end(http_service: Any) -> None:
+    service = http_service({"http.api_key": API_KEY})
+    api = client(service, headers={"Authorization": "Bearer " + API_KEY})
+    shown = api.show("qwen3-vl")
+    assert "vision" in (shown.capabilities or [])
+    thumbnails = [image_bytes(96, 64, seed=3), image_bytes(80, 80, seed=4)]
+    result = api.generate("qwen3-vl", PROMPT, images=thumbnails, **FRIGATE_OPTIONS)
+    assert result["done"] and result["done_reason"] in ("stop", "length")
+    assert result["response"] and result["eval_count"] >= 1
+    assert result["prompt_eval_count"] > 0
+    with pytest.raises(ollama.ResponseError) as info:
+        client(service).generate("qwen3-vl", PROMPT)  # no key
+    assert info.value.status_code == 401
+
+
+def test_generate_streams_ndjson_by_default_with_the_same_text(http_service: Any) -> None:
+    service = http_service()
+    api = client(service)
+    picture = [image_bytes(64, 64, seed=5)]
+    whole = api.generate("m", PROMPT, images=picture, stream=False,
+                         options={"num_predict": 8, "temperature": 0})
+    parts = list(api.generate("m", PROMPT, images=picture,
+                              options={"num_predict": 8, "temperature": 0}, stream=True))
+    assert parts[-1]["done"] and not any(p["done"] for p in parts[:-1])
+    assert "".join(p["response"] for p in parts) == whole["response"]
+    assert parts[-1]["eval_count"] == whole["eval_count"]
+
+
+def test_chat_with_images_streaming_and_not(http_service: Any) -> None:
+    service = http_service()
+    api = client(service)
+    messages = [{"role": "system", "content": "Answer briefly."},
+                {"role": "user", "content": PROMPT, "images": [image_bytes(64, 48, seed=6)]}]
+    whole = api.chat("m", messages=messages, options={"num_predict": 6, "temperature": 0})
+    assert whole.message.role == "assistant" and whole.done
+    streamed = list(api.chat("m", messages=messages, stream=True,
+                             options={"num_predict": 6, "temperature": 0}))
+    assert "".join(p.message.content or "" for p in streamed) == whole.message.content
+
+
+def test_list_show_and_version(http_service: Any) -> None:
+    service = http_service({"http.model_name": "qwen3-vl:demo"})
+    api = client(service)
+    (model,) = api.list().models
+    assert model.model == "qwen3-vl:demo" and model.details.format == "gguf"
+    assert model.size and model.size > 0
+    with urllib.request.urlopen(service.http_url + "/api/version", timeout=10) as response:
+        assert "version" in json.loads(response.read())
+
+
+def test_structured_output_is_refused_not_ignored(http_service: Any) -> None:
+    service = http_service()
+    with pytest.raises(ollama.ResponseError) as info:
+        client(service).generate("m", PROMPT, format="json")
+    assert info.value.status_code == 400 and "format" in str(info.value.error)

@@ -1,0 +1,240 @@
+"""The OpenAI dialect, driven by the ``openai`` package (the client Frigate's ``openai``
+provider and LLM Vision's "Custom OpenAI-compatible" provider use)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+import openai
+import pytest
+
+from edgevlm.config import ConfigError, validate_config
+from tests.helpers import data_url, image_bytes, text, user_request
+from tests.http_api.conftest import API_KEY
+
+QUESTION = "What is in the picture?"
+
+
+def client(service: Any, key: str = "unused") -> openai.OpenAI:
+    return openai.OpenAI(base_url=service.http_url + "/v1", api_key=key, max_retries=0,
+                         timeout=60)
+
+
+def frigate_openai_body(model: str, prompt: str, images: list[bytes]) -> dict[str, Any]:
+    """The request Frigate's openai provider sends for a tracked object: the prompt as a text
+    part, then each thumbnail as a JPEG data URL with ``detail: "low"`` (frigate/genai/
+    openai.py, ``OpenAIClient._send``, lines 39-86 at commit 01a7ec10)."""
+    content: list[dict[str, Any]] = [{"type": "text", "text": prompt}]
+    for image in images:
+        content.append({"type": "image_url", "image_url": {
+            "url": "data:image/jpeg;base64," + base64.b64encode(image).decode(),
+            "detail": "low"}})
+    return {"model": model, "messages": [{"role": "user", "content": content}]}
+
+
+def test_a_text_answer_equals_the_mqtt_answer(http_service: Any, mqtt_client: Any) -> None:
+    service = http_service()
+    answer = client(service).chat.completions.create(
+        model="any", messages=[{"role": "user", "content": QUESTION}], max_tokens=8,
+        temperature=0, seed=1)
+    choice = answer.choices[0]
+    assert answer.object == "chat.completion" and choice.message.role == "assistant"
+    assert choice.finish_reason in ("stop", "length")
+    assert answer.usage is not None and answer.usage.completion_tokens >= 1
+    assert answer.usage.total_tokens == (answer.usage.prompt_tokens
+                                         + answer.usage.completion_tokens)
+    extension = answer.model_extra["edgevlm"]  # type: ignore[index]
+    assert set(extension["metrics"]) >= {"ttft_ms", "tpot_ms", "total_ms", "encode_ms"}
+
+    mqtt = mqtt_client()
+    mqtt.sub("edgevlm/clients/http-test/reply")
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    props = Properties(PacketTypes.PUBLISH)
+    props.ResponseTopic = "edgevlm/clients/http-test/reply"
+    mqtt.pub(f"edgevlm/{service.node_id}/request/describe",
+             user_request(text(QUESTION), max_tokens=8, temperature=0, seed=1),
+             properties=props)
+    (over_mqtt,) = mqtt.inbox.json("edgevlm/clients/http-test/reply")
+    assert over_mqtt["data"]["text"] == choice.message.content
+    assert over_mqtt["data"]["usage"]["prompt_tokens"] == answer.usage.prompt_tokens
+
+
+def test_frigates_openai_request_with_two_thumbnails(http_service: Any) -> None:
+    service = http_service()
+    body = frigate_openai_body("qwen3-vl", "Describe the person.",
+                               [image_bytes(96, 64, seed=1), image_bytes(64, 96, seed=2)])
+    answer = client(service).chat.completions.create(**body, max_tokens=6)
+    assert answer.choices[0].message.content is not None
+    extension = answer.model_extra["edgevlm"]  # type: ignore[index]
+    assert len(extension["cache"]) == 2 and extension["vision_tokens"] > 0
+
+
+def test_streaming_gives_the_same_text_and_the_usage(http_service: Any) -> None:
+    service = http_service()
+    api = client(service)
+    messages = [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": data_url(image_bytes(64, 64))}},
+        {"type": "text", "text": QUESTION}]}]
+    whole = api.chat.completions.create(model="m", messages=messages, max_tokens=8,
+                                        temperature=0)
+    pieces, usage, reasons = [], None, []
+    for event in api.chat.completions.create(model="m", messages=messages, max_tokens=8,
+                                             temperature=0, stream=True,
+                                             stream_options={"include_usage": True}):
+        if event.usage is not None:
+            usage = event.usage
+        for choice in event.choices:
+            pieces.append(choice.delta.content or "")
+            if choice.finish_reason:
+                reasons.append(choice.finish_reason)
+    assert "".join(pieces) == whole.choices[0].message.content
+    assert reasons == [whole.choices[0].finish_reason]
+    assert usage is not None and usage.completion_tokens == whole.usage.completion_tokens
+
+
+def test_models_lists_the_board_model_with_its_context(http_service: Any) -> None:
+    service = http_service({"http.model_name": "qwen3-vl-demo"})
+    (model,) = client(service).models.list().data
+    assert model.id == "qwen3-vl-demo" and model.owned_by == "edgevlm"
+    assert model.model_extra["max_model_len"] == service.engine.context  # type: ignore[index]
+
+
+def test_an_unsupported_parameter_is_refused_by_name(http_service: Any) -> None:
+    service = http_service()
+    with pytest.raises(openai.BadRequestError) as info:
+        client(service).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}],
+            tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}])
+    assert info.value.status_code == 400
+    assert info.value.body["param"] == "tools"  # type: ignore[index]
+    assert "unsupported parameter" in info.value.body["message"]  # type: ignore[index]
+
+
+def test_the_budget_is_refused_before_the_model_runs(http_service: Any,
+                                                     engine_calls: list[Any]) -> None:
+    service = http_service({"limits.limit_mm_per_prompt": {"image": 1}})
+    api = client(service)
+    with pytest.raises(openai.BadRequestError) as info:
+        api.chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}],
+                                    max_tokens=service.engine.context)
+    assert info.value.body["type"] == "context_length_exceeded"  # type: ignore[index]
+    two = [{"type": "image_url", "image_url": {"url": data_url(image_bytes(32, 32, seed=s))}}
+           for s in (1, 2)]
+    with pytest.raises(openai.BadRequestError) as info:
+        api.chat.completions.create(model="m", messages=[{"role": "user", "content": two}])
+    assert info.value.body["type"] == "mm_limit_exceeded"  # type: ignore[index]
+    assert engine_calls == []
+
+
+def test_a_full_queue_is_429_with_retry_after(http_service: Any, monkeypatch: Any) -> None:
+    from edgevlm.service import TEST_DELAY_ENV
+
+    monkeypatch.setenv(TEST_DELAY_ENV, "1500")
+    service = http_service({"limits.max_queue": 1})
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                       "max_tokens": 2}).encode()
+
+    def post() -> tuple[int, dict[str, str], dict[str, Any]]:
+        request = urllib.request.Request(service.http_url + "/v1/chat/completions", body,
+                                         {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, dict(response.headers), json.loads(response.read())
+        except urllib.error.HTTPError as err:
+            return err.code, dict(err.headers), json.loads(err.read())
+
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        first = [pool.submit(post) for _ in range(2)]  # one running, one waiting
+        time.sleep(0.5)
+        status, headers, refused = post()
+        assert [f.result()[0] for f in first] == [200, 200]
+    assert status == 429 and headers["Retry-After"] == "1"
+    assert refused["error"]["type"] == "busy"
+
+
+def test_an_api_key_guards_every_route_but_health(http_service: Any) -> None:
+    service = http_service({"http.api_key": API_KEY})
+    with pytest.raises(openai.AuthenticationError):
+        client(service, "wrong-key-0123456789").models.list()
+    assert client(service, API_KEY).models.list().data
+    with urllib.request.urlopen(service.http_url + "/health", timeout=10) as response:
+        assert json.loads(response.read()) == {"status": "ok"}
+
+
+def test_listening_beyond_loopback_needs_a_key() -> None:
+    with pytest.raises(ConfigError, match=r"http\.api_key"):
+        validate_config({"http": {"enabled": True, "host": "0.0.0.0"}}, "test")
+    validate_config({"http": {"enabled": True, "host": "0.0.0.0", "api_key": API_KEY}}, "test")
+
+
+def test_an_http_image_url_is_refused_and_never_fetched(http_service: Any) -> None:
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(0.5)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/thumbnail.jpg"  # would hang
+    service = http_service()
+    try:
+        with pytest.raises(openai.BadRequestError) as info:
+            client(service).chat.completions.create(model="m", messages=[{
+                "role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                            {"type": "text", "text": QUESTION}]}])
+        assert "data: URLs" in info.value.body["message"]  # type: ignore[index]
+        with pytest.raises(TimeoutError):
+            listener.accept()  # nobody came
+    finally:
+        listener.close()
+
+
+def test_the_api_key_is_redacted_from_the_config_output() -> None:
+    config = validate_config({"http": {"enabled": True, "api_key": API_KEY}}, "test")
+    assert config.redacted()["http"]["api_key"] == "***"
+    assert API_KEY not in json.dumps(config.redacted())
+
+
+def test_mqtt_and_http_clients_at_once_each_get_one_answer(http_service: Any,
+                                                          mqtt_client: Any) -> None:
+    import concurrent.futures
+
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    service = http_service({"limits.max_queue": 32})
+    reply = "edgevlm/clients/mixed/reply"
+    mqtt = mqtt_client()
+    mqtt.sub(reply)
+    api = client(service)
+
+    def over_http(i: int) -> str:
+        answer = api.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": f"question {i}"}], max_tokens=3)
+        return answer.choices[0].message.content or ""
+
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        futures = [pool.submit(over_http, i) for i in range(6)]
+        for i in range(6):
+            props = Properties(PacketTypes.PUBLISH)
+            props.ResponseTopic = reply
+            mqtt.pub(f"edgevlm/{service.node_id}/request/describe",
+                     user_request(text(f"question {i}"), id=f"mqtt-{i}", max_tokens=3),
+                     properties=props)
+        texts = [f.result(timeout=120) for f in futures]
+    answers = mqtt.inbox.json(reply, count=6, timeout=120)
+    assert len(texts) == 6
+    assert sorted(a["id"] for a in answers) == [f"mqtt-{i}" for i in range(6)]
+    assert all(a["status"] == "ok" for a in answers)
+    time.sleep(0.5)  # no second answer arrives late
+    assert len(mqtt.inbox.on(reply)) == 6
+    requests = service.metrics.snapshot()["requests"]
+    assert requests["answered"] == 12 and requests["errored"] == 0
