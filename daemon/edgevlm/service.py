@@ -153,7 +153,8 @@ class Service:
 
             self.http = build_http_door(config, self.engine, self.queue, self.metrics,
                                         side=lambda: self.requests.side, refs=self.requests.refs,
-                                        serving=lambda: self.liveness.serving)
+                                        serving=lambda: self.liveness.serving,
+                                        abandon=self.worker.abandon)
         self._stopping = False
         self._online = threading.Event()
         self._settled = threading.Event()  # online, or a start-up failure
@@ -252,8 +253,11 @@ class Service:
         try:
             from .integrations.announce import Announcer
 
+            http = (None if self.http is None or self.http.port is None
+                    else (self.http.port, self.config.http.api_key is not None))
             self._announcer = Announcer(self.node_id, __version__, self.topics.base,
-                                        self.engine.name, self.host, self.config.mqtt.port)
+                                        self.engine.name, self.host, self.config.mqtt.port,
+                                        http=http)
             self._announcer.start()
         except Exception:
             log.exception("zeroconf announcement failed (serving carries on)")

@@ -238,3 +238,72 @@ def test_mqtt_and_http_clients_at_once_each_get_one_answer(http_service: Any,
     assert len(mqtt.inbox.on(reply)) == 6
     requests = service.metrics.snapshot()["requests"]
     assert requests["answered"] == 12 and requests["errored"] == 0
+
+
+def _raw_post(service: Any, body: dict[str, Any]) -> Any:
+    """A raw connection that sent a chat completion request (and reads nothing yet)."""
+    import socket
+
+    data = json.dumps(body).encode()
+    sock = socket.create_connection(("127.0.0.1", service.http.port), timeout=30)
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: board\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: "
+                 + str(len(data)).encode() + b"\r\n\r\n" + data)
+    return sock
+
+
+def test_a_client_gone_before_its_turn_is_never_run(http_service: Any, engine_calls: list[Any],
+                                                    monkeypatch: Any) -> None:
+    import concurrent.futures
+
+    from edgevlm.service import TEST_DELAY_ENV
+
+    monkeypatch.setenv(TEST_DELAY_ENV, "1500")
+    service = http_service()
+    api = client(service)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        first = pool.submit(api.chat.completions.create, model="m", max_tokens=2,
+                            messages=[{"role": "user", "content": "first"}])
+        time.sleep(0.5)  # the worker holds the first request
+        gone = _raw_post(service, {"model": "m", "max_tokens": 2,
+                                   "messages": [{"role": "user", "content": "gone"}]})
+        time.sleep(0.3)
+        gone.close()
+        first.result(timeout=60)
+    time.sleep(2.5)  # the second would have run by now
+    assert len(engine_calls) == 1
+    assert service.metrics.snapshot()["requests"]["errored"] == 1
+
+
+def test_a_client_gone_mid_answer_stops_the_generation(http_service: Any, demo_engine: Any,
+                                                       monkeypatch: Any) -> None:
+    results: list[Any] = []
+    original = demo_engine.generate_prepared
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        results.append(original(*args, **kwargs))
+        return results[-1]
+
+    monkeypatch.setattr(demo_engine, "generate_prepared", recording)
+    # the demo model ends its stories early: without an end token the answer runs to
+    # max_tokens unless it is cancelled
+    from edgevlm.engine.stopping import StopChecker
+
+    monkeypatch.setattr(demo_engine, "stop_checker",
+                        lambda stop: StopChecker(demo_engine.tokenizer, (), stop))
+    service = http_service()
+    long = service.engine.context - 64
+    sock = _raw_post(service, {"model": "m", "max_tokens": long, "stream": True,
+                               "temperature": 1.0, "seed": 3,
+                               "messages": [{"role": "user", "content": "Tell a story."}]})
+    received = b""
+    while b"data: " not in received:  # the headers, then the answer has begun
+        chunk = sock.recv(4096)
+        assert chunk, received
+        received += chunk
+    sock.close()
+    deadline = time.monotonic() + 30
+    while not results and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (result,) = results
+    assert result.finish_reason == "cancelled" and len(result.tokens) < long

@@ -61,6 +61,10 @@ def test_service_info_txt_addresses_and_loopback_broker() -> None:
     assert info.parsed_addresses() == ["192.168.1.5", "10.0.0.7", "fd00::5"]
     remote = service_info("garage", "0.1.0", "edgevlm", "m", "broker.lan", 8883, ["10.0.0.7"])
     assert txt(remote)["mqtt"] == "broker.lan:8883"
+    with_http = service_info("garage", "0.1.0", "edgevlm", "m", "broker.lan", 8883,
+                             ["10.0.0.7"], http=(11434, True))
+    assert (txt(with_http)["http"], txt(with_http)["http_key"]) == ("11434", "1")
+    assert "http" not in txt(remote)
 
 
 def test_free_instance_name_appends_the_first_free_number() -> None:

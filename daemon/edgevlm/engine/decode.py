@@ -58,8 +58,9 @@ class Decoded:
 
 def decode(session: NativeSession, prompt: PromptInputs, sampling: Sampling, max_tokens: int,
            stopper: StopChecker, on_text: Callable[[str], None] | None = None,
-           want_logits: bool = False) -> Decoded:
-    """Prefill ``prompt`` on a reset ``session`` and decode up to ``max_tokens`` tokens."""
+           want_logits: bool = False, cancelled: Callable[[], bool] | None = None) -> Decoded:
+    """Prefill ``prompt`` on a reset ``session`` and decode up to ``max_tokens`` tokens;
+    ``cancelled`` is asked before every decode step (True: stop, ``cancelled``)."""
     session.reset()
     session.set_seed(sampling.seed if sampling.seed is not None else time.time_ns())
     t_prefill = time.perf_counter()
@@ -87,6 +88,9 @@ def decode(session: NativeSession, prompt: PromptInputs, sampling: Sampling, max
             finish = "stop"
             break
         if i + 1 == max_tokens:
+            break
+        if cancelled is not None and cancelled():
+            finish = "cancelled"
             break
         try:
             session.decode(token, n_prompt + i + prompt.rope_delta, logits)

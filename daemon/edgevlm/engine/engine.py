@@ -159,6 +159,7 @@ class Engine:
         self.sampling = self._sampling_defaults()
         self.cache = cache
         self._lock = threading.Lock()
+        self._cancel = threading.Event()  # cancel(): the running answer stops at its next token
         self.load_ms = (time.perf_counter() - t0) * 1e3
         if progress:
             progress(f"loaded {self.name} in {self.load_ms:.0f} ms")
@@ -220,6 +221,8 @@ class Engine:
                                       want_logits=bool(params.get("want_logits")))
 
     def cancel(self) -> None:
+        """Stop the running answer (``finish_reason: cancelled``); any thread."""
+        self._cancel.set()
         self.session.cancel()
 
     def generate_prepared(self, request: Request, prepared: Sequence[PreparedMedia],
@@ -233,6 +236,7 @@ class Engine:
         if chat is None:
             chat = tokenize_chat(request.messages, self.tokenizer)
         with self._lock:
+            self._cancel.clear()
             media, encode_ms = self.encode_prepared(prepared)
             prompt = self.prompt_for(chat, media)
             if not checked:
@@ -242,7 +246,8 @@ class Engine:
                                         for p, m in zip(prepared, media, strict=True))
                               or "none")
             done = decode(self.session, prompt, self._sampling(request), request.max_tokens,
-                          self.stop_checker(request.stop), on_text, want_logits)
+                          self.stop_checker(request.stop), on_text, want_logits,
+                          self._cancel.is_set)
         n_out = done.n_sampled
         total_ms = (done.decode_end_at - t_start) * 1e3 + media_ms
         ttft_ms = (done.first_token_at - t_start) * 1e3 + media_ms if n_out else 0.0

@@ -3,7 +3,8 @@
 The service has no socket of its own: its SRV record carries the MQTT broker's port and the
 TXT record says where to talk to it: ``id`` (node id), ``ver`` (daemon version), ``api``
 (protocol version), ``base`` (base topic), ``model`` and ``mqtt`` (``host:port`` of the
-broker; a loopback broker is shown as this board's primary address). Every non-loopback
+broker; a loopback broker is shown as this board's primary address); with the HTTP front door,
+``http`` (its port) and ``http_key`` (``1``: it needs an API key). Every non-loopback
 address is announced, the primary one (the one with the default route) first.
 
 A name already taken on the network gets a number appended (``edgevlm garage (2)``, RFC 6762
@@ -135,7 +136,8 @@ def host_label() -> str:
 
 
 def service_info(node_id: str, version: str, base_topic: str, model_name: str, broker: str,
-                 port: int, addresses: list[str] | None = None) -> ServiceInfo:
+                 port: int, addresses: list[str] | None = None,
+                 http: tuple[int, bool] | None = None) -> ServiceInfo:
     """The ServiceInfo that :class:`Announcer` registers."""
     addresses = local_addresses() if addresses is None else addresses
     shown_broker = broker
@@ -144,6 +146,8 @@ def service_info(node_id: str, version: str, base_topic: str, model_name: str, b
     host = f"[{shown_broker}]" if ":" in shown_broker else shown_broker
     properties = {"id": node_id, "ver": version, "api": str(PROTOCOL_VERSION),
                   "base": base_topic, "model": model_name[:64], "mqtt": f"{host}:{port}"}
+    if http is not None:  # (port, a key is needed)
+        properties |= {"http": str(http[0]), "http_key": "1" if http[1] else "0"}
     return ServiceInfo(SERVICE_TYPE, f"{instance_name(node_id)}.{SERVICE_TYPE}",
                        port=port, properties=properties, server=f"{host_label()}.local.",
                        parsed_addresses=addresses)
@@ -153,8 +157,9 @@ class Announcer:
     """Registers the service in a background thread on start(); unregisters on stop()."""
 
     def __init__(self, node_id: str, version: str, base_topic: str, model_name: str,
-                 broker: str, port: int) -> None:
+                 broker: str, port: int, http: tuple[int, bool] | None = None) -> None:
         self._args = (node_id, version, base_topic, model_name, broker, port)
+        self._http = http
         self._zeroconf: Zeroconf | None = None
         self._info: ServiceInfo | None = None
         self._thread: threading.Thread | None = None
@@ -177,7 +182,7 @@ class Announcer:
 
     def _register(self) -> None:
         try:
-            info = service_info(*self._args)
+            info = service_info(*self._args, http=self._http)
             if not info.parsed_addresses():
                 log.warning("zeroconf: no non-loopback address; not announcing")
                 return

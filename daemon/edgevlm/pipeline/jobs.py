@@ -59,6 +59,7 @@ class RequestJob:
     pooled: bool = False             # it came through the shared pool
     started: bool = False            # the worker has taken it (progress: "running")
     done: bool = False               # answered (progress messages stop)
+    abandoned: bool = False          # its requester went away: not started, or cancelled
 
     @property
     def request(self) -> Request:

@@ -66,6 +66,8 @@ class Worker:
         self.refs = refs
         self.test_delay_s = test_delay_s  # test-only: widens the "mid-request" window
         self._stopping = threading.Event()
+        self._current: Job | None = None  # the running job (abandon() cancels it)
+        self._current_lock = threading.Lock()
         self._busy = False
         self._thread = threading.Thread(target=self._run, name="edgevlm-worker", daemon=True)
 
@@ -98,6 +100,14 @@ class Worker:
             self.engine.cancel()
             self._thread.join(timeout=10.0)
 
+    def abandon(self, job: RequestJob) -> None:
+        """``job``'s requester went away (an HTTP client disconnected): it is not started,
+        or, running, it stops at its next token. Any thread."""
+        with self._current_lock:
+            job.abandoned = True
+            if self._current is job:
+                self.engine.cancel()
+
     def refuse_waiting(self, wanted: Callable[[Job], bool], exc: BaseException) -> int:
         """Answer the waiting requests ``wanted`` accepts with ``exc`` (e.g. ``busy`` for
         the pooled ones when the board leaves the pool); returns how many."""
@@ -119,10 +129,16 @@ class Worker:
                     self._set_busy(False)
                     continue
                 self._set_busy(True)
-                if isinstance(job, RequestJob):
-                    self._run_request(job)
-                else:
-                    self._run_frame(job)
+                with self._current_lock:
+                    self._current = job
+                try:
+                    if isinstance(job, RequestJob):
+                        self._run_request(job)
+                    else:
+                        self._run_frame(job)
+                finally:
+                    with self._current_lock:
+                        self._current = None
             except Exception:  # a bug in the code around the job; keep serving
                 log.exception("worker error (the worker carries on)")
         self._set_busy(False)
@@ -158,6 +174,8 @@ class Worker:
         queue_ms = (started - job.received) * 1e3
         rid = job.request.id
         try:
+            if job.abandoned:
+                raise DeadlineExceeded("the requester went away before the request started")
             if job.deadline is not None and started > job.deadline:
                 raise DeadlineExceeded(
                     f"the deadline passed {(started - job.deadline) * 1e3:.0f} ms before the "

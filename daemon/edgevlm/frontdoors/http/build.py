@@ -11,7 +11,7 @@ from ...engine import Engine
 from ...metrics import Metrics
 from ...pipeline.admission import RequestSide
 from ...pipeline.image_refs import ImageRefs
-from ...pipeline.jobs import JobQueue
+from ...pipeline.jobs import JobQueue, RequestJob
 from ..mqtt.bridge import WEIGHT_TYPES
 from .ollama_api import ModelCard
 from .server import HttpFrontDoor
@@ -32,8 +32,10 @@ def model_card(config: Config, engine: Engine) -> ModelCard:
 
 def build_http_door(config: Config, engine: Engine, queue: JobQueue, metrics: Metrics, *,
                     side: Callable[[], RequestSide], refs: ImageRefs,
-                    serving: Callable[[], bool]) -> HttpFrontDoor:
-    submitter = Submitter(side, queue, metrics, refs, config.limits.default_deadline_ms)
+                    serving: Callable[[], bool],
+                    abandon: Callable[[RequestJob], None]) -> HttpFrontDoor:
+    submitter = Submitter(side, queue, metrics, refs, config.limits.default_deadline_ms,
+                          abandon)
     return HttpFrontDoor(config.http, submitter, model_card(config, engine),
                          max_body_bytes=config.limits.max_payload_bytes, serving=serving,
                          default_max_tokens=config.http.default_max_tokens)

@@ -35,6 +35,7 @@ from .submit import HttpReply, Submitter
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+REPLY_KEY = "edgevlm.reply"  # the request's HttpReply, once queued
 
 
 def _error_response(path: str, err: HttpError) -> web.Response:
@@ -111,7 +112,10 @@ class HttpFrontDoor:
         app.router.add_get("/api/tags", self._ollama_tags)
         app.router.add_post("/api/show", self._ollama_show)
         app.router.add_get("/api/version", self._ollama_version)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # handler_cancellation: a client that disconnects cancels its handler, which
+        # abandons its job (not started, or stopped at its next token)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                               handler_cancellation=True)
         await runner.setup()
         context = None
         if self.http.cert and self.http.key:
@@ -138,6 +142,11 @@ class HttpFrontDoor:
                 413, "payload_too_large", f"the request body is over {self.max_body_bytes} "
                 "bytes (limits.max_payload_bytes); send smaller images or fewer of them"))
         except web.HTTPException:
+            raise
+        except ConnectionResetError:  # a write to a client that went away: stop its job
+            reply = request.get(REPLY_KEY)
+            if reply is not None:
+                self.submitter.abandon(reply)
             raise
         except Exception as exc:  # every error becomes the dialect's answer
             err = from_exception(exc)
@@ -168,8 +177,16 @@ class HttpFrontDoor:
             raise HttpError(400, "invalid_request", "the body must be a JSON object")
         return body, len(raw)
 
-    def _submit(self, request: dict[str, Any], size: int) -> HttpReply:
-        return self.submitter.submit(request, size, self._requester, asyncio.get_running_loop())
+    def _submit(self, web_request: web.Request, request: dict[str, Any], size: int
+                ) -> HttpReply:
+        reply = self.submitter.submit(request, size, self._requester,
+                                      asyncio.get_running_loop())
+        web_request[REPLY_KEY] = reply
+        task = asyncio.current_task()
+        if task is not None:  # the handler cancelled (client gone): abandon the job
+            task.add_done_callback(lambda t: self.submitter.abandon(reply)
+                                   if t.cancelled() else None)
+        return reply
 
     @staticmethod
     async def _answer(reply: HttpReply) -> dict[str, Any]:
@@ -193,7 +210,7 @@ class HttpFrontDoor:
     async def _openai_chat(self, request: web.Request) -> web.StreamResponse:
         body, size = await self._body(request)
         proto = openai_api.chat_request(body, self.default_max_tokens)
-        reply = self._submit(proto, size)
+        reply = self._submit(request, proto, size)
         cid = openai_api.completion_id()
         if not proto["stream"]:
             data = await self._answer(reply)
@@ -240,7 +257,7 @@ class HttpFrontDoor:
     async def _ollama(self, request: web.Request, body: dict[str, Any], proto: dict[str, Any],
                       size: int, *, chat: bool) -> web.StreamResponse:
         started = time.perf_counter()
-        reply = self._submit(proto, size)
+        reply = self._submit(request, proto, size)
         model = str(body.get("model") or self.card.name)
 
         def piece(text: str) -> dict[str, Any]:

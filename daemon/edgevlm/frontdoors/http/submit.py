@@ -30,6 +30,7 @@ class HttpReply:
 
     loop: asyncio.AbstractEventLoop
     events: asyncio.Queue[tuple[str, Any]] = field(default_factory=asyncio.Queue)
+    job: RequestJob | None = None  # set once queued
 
     def _put(self, event: tuple[str, Any]) -> None:
         try:
@@ -56,6 +57,13 @@ class Submitter:
     metrics: Metrics
     refs: ImageRefs
     default_deadline_ms: int | None
+    abandon_job: Callable[[RequestJob], None] | None = None  # the worker's abandon()
+
+    def abandon(self, reply: HttpReply) -> None:
+        """The client of ``reply`` disconnected: its job is not started, or stops."""
+        if reply.job is not None and self.abandon_job is not None:
+            log.info("http: the client went away; its request is cancelled")
+            self.abandon_job(reply.job)
 
     def submit(self, body: dict[str, Any], size: int, requester: str,
                loop: asyncio.AbstractEventLoop) -> HttpReply:
@@ -76,6 +84,7 @@ class Submitter:
                          received=now,
                          deadline=now + budget_ms / 1e3 if budget_ms is not None else None,
                          requester=requester)
+        reply.job = job
         if not self.queue.put(job):
             self.metrics.finished("busy")
             raise Busy(f"the queue is full ({self.queue.capacity} waiting, limits.max_queue); "
