@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .latency_histograms import Totals
 from .pipeline.cache import CacheStats
 from .wire import protocol
 
@@ -79,6 +80,7 @@ class Metrics:
         self._connected = False
         self._reconnects = 0
         self._answers_refused = 0
+        self._totals = Totals()  # GET /metrics (edgevlm.frontdoors.http.prometheus)
 
     def received(self) -> None:
         """A request message was taken; it is in progress until :meth:`finished`."""
@@ -86,7 +88,8 @@ class Metrics:
             self._received += 1
 
     def finished(self, error_type: str | None, metrics: protocol.Metrics | None = None,
-                 completion_tokens: int = 0) -> None:
+                 completion_tokens: int = 0, *, prompt_tokens: int = 0,
+                 finish_reason: str = "stop") -> None:
         """A request ended: answered (``error_type`` None) or errored with that wire type.
 
         A request finished without :meth:`received` is counted as received too, so the
@@ -110,6 +113,8 @@ class Metrics:
                             else max(metrics.total_ms - metrics.ttft_ms, 0.0)) / 1000
                 self._recent.append(_Answer(metrics.ttft_ms, metrics.total_ms,
                                             decode_tokens, decode_s))
+                self._totals.answered(metrics.ttft_ms, metrics.tpot_ms, metrics.total_ms,
+                                      prompt_tokens, completion_tokens, finish_reason)
 
     def deduplicated(self) -> None:
         """A repeated request was answered again from memory (not counted as received)."""
@@ -142,6 +147,11 @@ class Metrics:
     def set_connected(self, connected: bool) -> None:
         with self._lock:
             self._connected = connected
+
+    def totals(self) -> Totals:
+        """A copy of the cumulative histograms and token counters."""
+        with self._lock:
+            return self._totals.copy()
 
     @property
     def busy(self) -> bool:

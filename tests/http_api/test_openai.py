@@ -307,3 +307,21 @@ def test_a_client_gone_mid_answer_stops_the_generation(http_service: Any, demo_e
         time.sleep(0.05)
     (result,) = results
     assert result.finish_reason == "cancelled" and len(result.tokens) < long
+
+
+def test_metrics_parse_as_prometheus_with_vllm_names(http_service: Any) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    service = http_service()
+    answer = client(service).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": QUESTION}], max_tokens=4)
+    with urllib.request.urlopen(service.http_url + "/metrics", timeout=10) as response:
+        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        families = {f.name: f for f in text_string_to_metric_families(response.read().decode())}
+    ttft = families["vllm:time_to_first_token_seconds"]
+    assert ttft.type == "histogram"
+    count = [s.value for s in ttft.samples if s.name.endswith("_count")]
+    assert count == [1.0]
+    (generated,) = families["vllm:generation_tokens"].samples
+    assert generated.value == answer.usage.completion_tokens  # type: ignore[union-attr]
+    assert families["vllm:num_requests_waiting"].samples[0].value == 0

@@ -223,7 +223,9 @@ class Worker:
                 ) -> None:
         job.done = True
         self.metrics.finished(error_type, data.metrics if data else None,
-                              data.usage.completion_tokens if data else 0)
+                              data.usage.completion_tokens if data else 0,
+                              prompt_tokens=data.usage.prompt_tokens if data else 0,
+                              finish_reason=data.finish_reason if data else "stop")
         job.reply.finish(response, error_type, on_delivered)
 
     # ------------------------------------------------------------------ frames
@@ -241,7 +243,9 @@ class Worker:
             data = job.verb.answer(result, self.engine.name, queue_ms, None)
             text, finish = data.text, data.finish_reason
             metrics = data.metrics.model_dump()
-            self.metrics.finished(None, data.metrics, data.usage.completion_tokens)
+            self.metrics.finished(None, data.metrics, data.usage.completion_tokens,
+                                  prompt_tokens=data.usage.prompt_tokens,
+                                  finish_reason=data.finish_reason)
         except Exception as exc:
             error = wire_error(exc)
             if not isinstance(exc, EdgevlmError):

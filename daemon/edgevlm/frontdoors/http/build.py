@@ -10,6 +10,7 @@ from ...config import Config
 from ...engine import Engine
 from ...metrics import Metrics
 from ...pipeline.admission import RequestSide
+from ...pipeline.cache import VisionCache
 from ...pipeline.image_refs import ImageRefs
 from ...pipeline.jobs import JobQueue, RequestJob
 from ..mqtt.bridge import WEIGHT_TYPES
@@ -38,4 +39,6 @@ def build_http_door(config: Config, engine: Engine, queue: JobQueue, metrics: Me
                           abandon)
     return HttpFrontDoor(config.http, submitter, model_card(config, engine),
                          max_body_bytes=config.limits.max_payload_bytes, serving=serving,
-                         default_max_tokens=config.http.default_max_tokens)
+                         default_max_tokens=config.http.default_max_tokens,
+                         cache_stats=lambda: (engine.cache.stats()
+                                              if isinstance(engine.cache, VisionCache) else None))

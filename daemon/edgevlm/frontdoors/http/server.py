@@ -28,7 +28,8 @@ from typing import Any
 from aiohttp import web
 
 from ...config_http import HttpConfig
-from . import ollama_api, openai_api
+from ...pipeline.cache import CacheStats
+from . import ollama_api, openai_api, prometheus
 from .errors import HttpError, from_answer, from_exception, headers_of, ollama_body, openai_body
 from .submit import HttpReply, Submitter
 
@@ -48,13 +49,15 @@ class HttpFrontDoor:
 
     def __init__(self, http: HttpConfig, submitter: Submitter,
                  card: ollama_api.ModelCard, *, max_body_bytes: int,
-                 serving: Callable[[], bool], default_max_tokens: int = 512) -> None:
+                 serving: Callable[[], bool], default_max_tokens: int = 512,
+                 cache_stats: Callable[[], CacheStats | None] = lambda: None) -> None:
         self.http = http
         self.submitter = submitter
         self.card = card
         self.max_body_bytes = max_body_bytes
         self.serving = serving
         self.default_max_tokens = default_max_tokens
+        self.cache_stats = cache_stats
         self.port: int | None = None  # bound port (http.port, or the free one for 0)
         self._requester = ("http:" + hashlib.sha256(http.api_key.encode()).hexdigest()[:16]
                            if http.api_key else "http")
@@ -105,6 +108,7 @@ class HttpFrontDoor:
         app = web.Application(client_max_size=self.max_body_bytes,
                               middlewares=[self._errors, self._auth])
         app.router.add_get("/health", self._health)
+        app.router.add_get("/metrics", self._metrics)
         app.router.add_post("/v1/chat/completions", self._openai_chat)
         app.router.add_get("/v1/models", self._openai_models)
         app.router.add_post("/api/generate", self._ollama_generate)
@@ -202,6 +206,12 @@ class HttpFrontDoor:
         ok = self.serving()
         return web.json_response({"status": "ok" if ok else "unavailable"},
                                  status=200 if ok else 503)
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        metrics = self.submitter.metrics
+        text = prometheus.render(self.card.name, metrics.snapshot(self.cache_stats()),
+                                 metrics.totals())
+        return web.Response(body=text.encode(), headers={"Content-Type": prometheus.CONTENT_TYPE})
 
     async def _openai_models(self, request: web.Request) -> web.Response:
         return web.json_response(openai_api.models(self.card.name, self.card.context,
