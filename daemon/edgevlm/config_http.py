@@ -39,6 +39,12 @@ class HttpConfig(BaseModel):
                                     "without api_key (anyone on the network may use the model)")
     model_name: str | None = Field(default=None, min_length=1, description="the model's name "
                                    "in /v1/models and /api/tags (default: the model file's)")
+    allowed_media_domains: list[str] = Field(
+        default_factory=list, description="host names whose http(s) image URLs are fetched "
+        "(exact names; empty: only data: URLs); a redirect must stay on these hosts and never "
+        "reach a private, loopback or link-local address")
+    media_fetch_timeout_s: float = Field(default=5.0, gt=0, le=120, description="the whole "
+                                         "fetch of one image URL, redirects included")
     cert: str | None = Field(default=None, description="TLS certificate (PEM) to serve https")
     key: str | None = Field(default=None, description="TLS private key (PEM) for cert")
 

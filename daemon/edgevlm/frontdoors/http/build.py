@@ -14,6 +14,7 @@ from ...pipeline.cache import VisionCache
 from ...pipeline.image_refs import ImageRefs
 from ...pipeline.jobs import JobQueue, RequestJob
 from ..mqtt.bridge import WEIGHT_TYPES
+from .media_fetch import MediaFetcher
 from .ollama_api import ModelCard
 from .server import HttpFrontDoor
 from .submit import Submitter
@@ -40,5 +41,8 @@ def build_http_door(config: Config, engine: Engine, queue: JobQueue, metrics: Me
     return HttpFrontDoor(config.http, submitter, model_card(config, engine),
                          max_body_bytes=config.limits.max_payload_bytes, serving=serving,
                          default_max_tokens=config.http.default_max_tokens,
+                         fetcher=MediaFetcher(config.http.allowed_media_domains,
+                                              config.limits.max_part_bytes,
+                                              config.http.media_fetch_timeout_s),
                          cache_stats=lambda: (engine.cache.stats()
                                               if isinstance(engine.cache, VisionCache) else None))

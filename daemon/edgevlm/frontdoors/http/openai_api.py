@@ -1,7 +1,8 @@
 """The OpenAI dialect: ``POST /v1/chat/completions`` and ``GET /v1/models``.
 
 A chat completion becomes a describe request: ``messages`` as they are (text, ``image_url``
-data URLs, and edgevlm's own ``image``/``video_frames``/``vision_tokens``/``image_ref``
+data URLs — http(s) URLs of ``http.allowed_media_domains`` are fetched first,
+:mod:`.media_fetch` — and edgevlm's own ``image``/``video_frames``/``vision_tokens``/``image_ref``
 parts), ``max_completion_tokens`` (or ``max_tokens``), ``temperature``, ``top_p``, ``seed``,
 ``stop``, ``stream`` with ``stream_options.include_usage``; vLLM's ``top_k``,
 ``repetition_penalty`` and ``mm_processor_kwargs``. ``image_url.detail: "low"`` on every image

@@ -31,6 +31,7 @@ from ...config_http import HttpConfig
 from ...pipeline.cache import CacheStats
 from . import ollama_api, openai_api, prometheus
 from .errors import HttpError, from_answer, from_exception, headers_of, ollama_body, openai_body
+from .media_fetch import MediaFetcher, substituted, with_placeholders
 from .submit import HttpReply, Submitter
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,8 @@ class HttpFrontDoor:
     def __init__(self, http: HttpConfig, submitter: Submitter,
                  card: ollama_api.ModelCard, *, max_body_bytes: int,
                  serving: Callable[[], bool], default_max_tokens: int = 512,
-                 cache_stats: Callable[[], CacheStats | None] = lambda: None) -> None:
+                 cache_stats: Callable[[], CacheStats | None] = lambda: None,
+                 fetcher: MediaFetcher | None = None) -> None:
         self.http = http
         self.submitter = submitter
         self.card = card
@@ -58,6 +60,7 @@ class HttpFrontDoor:
         self.serving = serving
         self.default_max_tokens = default_max_tokens
         self.cache_stats = cache_stats
+        self.fetcher = fetcher or MediaFetcher([], max_body_bytes, 5.0)
         self.port: int | None = None  # bound port (http.port, or the free one for 0)
         self._requester = ("http:" + hashlib.sha256(http.api_key.encode()).hexdigest()[:16]
                            if http.api_key else "http")
@@ -220,6 +223,12 @@ class HttpFrontDoor:
     async def _openai_chat(self, request: web.Request) -> web.StreamResponse:
         body, size = await self._body(request)
         proto = openai_api.chat_request(body, self.default_max_tokens)
+        urls = self.fetcher.check(proto)  # every image URL on an allowed host
+        if urls:  # the counts, text and max_tokens are checked before anything is fetched
+            self.submitter.precheck(with_placeholders(proto), size, self._requester)
+            fetched = await self.fetcher.fetch_all(urls)
+            proto = substituted(proto, fetched)
+            size += sum(len(data) for data in fetched.values())
         reply = self._submit(request, proto, size)
         cid = openai_api.completion_id()
         if not proto["stream"]:

@@ -65,6 +65,11 @@ class Submitter:
             log.info("http: the client went away; its request is cancelled")
             self.abandon_job(reply.job)
 
+    def precheck(self, body: dict[str, Any], size: int, requester: str) -> None:
+        """Admission without queueing or counting (the lower bound of a request whose image
+        URLs stand for the smallest image): raises the error to answer with."""
+        admit_request(parse_request(body), size, side_for(self.side(), self.refs, requester))
+
     def submit(self, body: dict[str, Any], size: int, requester: str,
                loop: asyncio.AbstractEventLoop) -> HttpReply:
         """Admit ``body`` (the protocol form of the request, ``size`` bytes on the wire) and
