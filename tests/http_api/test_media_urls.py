@@ -37,7 +37,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:
         pass
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         self.server.paths.append(self.path)
         port = self.server.server_address[1]
         if self.path == "/ok.jpg":
