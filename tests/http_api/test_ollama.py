@@ -83,3 +83,35 @@ def test_structured_output_is_refused_not_ignored(http_service: Any) -> None:
     with pytest.raises(ollama.ResponseError) as info:
         client(service).generate("m", PROMPT, format="json")
     assert info.value.status_code == 400 and "format" in str(info.value.error)
+
+
+def test_home_assistants_ollama_conversation_call(http_service: Any, tmp_path: Any) -> None:
+    """The call Home Assistant's Ollama integration makes for a conversation or AI task with
+    an image attachment (homeassistant/components/ollama/entity.py at commit 0d0db908,
+    ``OllamaBaseLLMEntity._async_handle_chat_log`` and ``_convert_content``): an
+    ``AsyncClient.chat`` with ``ollama.Message`` objects (the attachment as
+    ``ollama.Image(value=<path>)``), ``tools=None`` without an LLM API, ``stream=True``,
+    ``keep_alive=-1``, ``options={"num_ctx": ...}``, ``think`` unset and ``format=None``;
+    the models come from ``list()`` in its config flow."""
+    import asyncio
+
+    service = http_service({"http.model_name": "qwen3-vl:demo"})
+    attachment = tmp_path / "snapshot.jpg"
+    attachment.write_bytes(image_bytes(96, 64, seed=8))
+
+    async def converse() -> tuple[list[str], str]:
+        api = ollama.AsyncClient(host=service.http_url, timeout=60)
+        names = [m.model for m in (await api.list()).models]
+        stream = await api.chat(
+            model=names[0],
+            messages=[ollama.Message(role="system", content="You are a home assistant."),
+                      ollama.Message(role="user", content="Who is at the door?",
+                                     images=[ollama.Image(value=str(attachment))])],
+            tools=None, stream=True, keep_alive=-1, options={"num_ctx": 8192}, think=None,
+            format=None)
+        pieces = [chunk async for chunk in stream]
+        assert pieces[-1].done and pieces[-1].done_reason in ("stop", "length")
+        return names, "".join(p.message.content or "" for p in pieces)
+
+    names, text = asyncio.run(converse())
+    assert names == ["qwen3-vl:demo"] and text

@@ -121,7 +121,8 @@ def chat_request(body: dict[str, Any], default_max_tokens: int) -> dict[str, Any
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             raise _bad(f"messages[{i}] must be an object")
-        extra = set(message) - {"role", "content", "images", "thinking"}
+        extra = {k for k, v in message.items() if v not in (None, [], "")} - {
+            "role", "content", "images", "thinking"}
         if extra:
             raise _bad(f"messages[{i}] has unsupported fields {sorted(extra)}")
         role = message.get("role")
