@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
-from typing import Any
+import socketserver
+import threading
+from collections.abc import Iterator
+from typing import Any, TypeVar
 
 import numpy as np
 from PIL import Image
@@ -38,3 +42,19 @@ def text(t: str) -> dict[str, Any]:
 
 def image(data: bytes, mime: str = "image/jpeg") -> dict[str, Any]:
     return {"type": "image", "image": data_url(data, mime)}
+
+
+Server = TypeVar("Server", bound=socketserver.BaseServer)
+
+
+@contextlib.contextmanager
+def serving(server: Server) -> Iterator[Server]:
+    """``server`` answering on a thread of its own until the block ends (a real HTTP server
+    standing for Frigate, an image host, ...)."""
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -6,7 +6,6 @@ counts every connection."""
 from __future__ import annotations
 
 import http.server
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.helpers import image_bytes
+from tests.helpers import image_bytes, serving
 
 JPEG = image_bytes(64, 48, seed=9)
 
@@ -71,12 +70,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def images() -> Iterator[ImageServer]:
-    server = ImageServer()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with serving(ImageServer()) as server:
+        yield server
 
 
 ALLOWED = {"http.allowed_media_domains": ["127.0.0.1", "localhost"],

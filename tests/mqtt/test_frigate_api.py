@@ -36,7 +36,7 @@ import pytest
 
 from edgevlm.service import Service
 from edgevlm.sources.frigate_api import FrigateAPI, FrigateAPIError
-from tests.helpers import image_bytes
+from tests.helpers import image_bytes, serving
 from tests.mqtt.conftest import MqttTestClient, wait_until
 from tests.mqtt.frigate_shapes import frigate_event
 
@@ -163,12 +163,8 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def frigate() -> Iterator[FakeFrigate]:
-    server = FakeFrigate()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with serving(FakeFrigate()) as server:
+        yield server
 
 
 def api_service(make_service: Callable[..., Service], frigate: FakeFrigate, **extra: Any

@@ -16,7 +16,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,17 +44,9 @@ from .prompt import PromptInputs, PromptMedia
 from .session import NativeSession
 from .stopping import StopChecker
 
-__all__ = ["Engine", "GenerationResult", "SamplingDefaults"]
+__all__ = ["Engine", "GenerationResult", "Sampling"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SamplingDefaults:
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    repetition_penalty: float = 1.0
 
 
 def _media_part(kind: str, value: Any) -> dict[str, Any]:
@@ -170,11 +161,12 @@ class Engine:
         """Load ``DIR`` (model.gguf + mmproj.gguf) or a text .gguf with a sibling mmproj."""
         return cls(find_model_files(path), threads=threads, context=context, **kwargs)
 
-    def _sampling_defaults(self) -> SamplingDefaults:
+    def _sampling_defaults(self) -> Sampling:
+        """The model file's sampling values (``general.sampling.*``), else greedy."""
         temp = self.model.meta_float(0, "general.sampling.temp")
         top_k = self.model.meta_int(0, "general.sampling.top_k")
         top_p = self.model.meta_float(0, "general.sampling.top_p")
-        return SamplingDefaults(temperature=temp if temp is not None else 0.0,
+        return Sampling(temperature=temp if temp is not None else 0.0,
                                 top_k=top_k if top_k is not None else 0,
                                 top_p=top_p if top_p is not None else 1.0)
 
