@@ -7,12 +7,8 @@ Data, and answers are matched by correlation; with MQTT 3.1.1 answers come on
 ``<base>/<node>/response/describe`` and are matched by the ``transaction`` echoed in the
 payload. Streamed partial chunks go to a callback.
 
-A pooled request is sent again when the pool goes silent about it (:class:`PoolRetry`): the
-broker drops what a dead board held (docs/mqtt.md "The shared pool"), so the client asks the
-board that takes it for ``working`` messages and publishes the same bytes again — same id,
-same reply route — when none come. A board that already has it answers it once (dedupe); a
-board that died mid-request may still answer after its restart, so at most one extra answer
-per lost board, with the same id.
+A pooled request is sent again when the pool goes silent about it: :class:`PoolRetry`, in
+:mod:`edgevlm.ask_retry`.
 """
 
 from __future__ import annotations
@@ -28,7 +24,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -37,12 +32,14 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from .ask_retry import Chunk as Chunk  # re-exported: callers import them from here
+from .ask_retry import PoolRetry as PoolRetry
+from .ask_retry import Resender, Waiter
 from .frontdoors.mqtt.topics import Topics
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 1883
-Chunk = Callable[[dict[str, Any]], None]
 
 
 class TLSSettings(Protocol):
@@ -133,50 +130,6 @@ def describe_request(prompt: str, parts: Sequence[dict[str, Any]] = (), *,
     return body
 
 
-@dataclass(frozen=True)
-class PoolRetry:
-    """The client's half of the pool's promise: publish the same request again when the pool
-    goes silent about it.
-
-    The request asks for ``working`` every ``progress_s`` (its ``progress_s`` field). Nothing
-    heard within ``accept_s`` of a publish (it went to a board that is gone), or nothing for
-    ``silence_s`` after the last message (the board died or its network was cut): publish the
-    same bytes again. A ``busy`` answer: again after ``busy_pause_s`` (another board will
-    likely take it); when time runs out, that ``busy`` answer is the result.
-
-    Where a retry goes: the pool; but after a silence, and from the third publish on, the
-    board heard from most recently (its ``working`` messages) that has not fell silent, on
-    its own request topic: the broker may keep handing pooled requests to a board whose
-    network is cut until it notices (Mosquitto 2.0: 1.5 keepalives plus up to 6 s)."""
-
-    progress_s: float = 2.0
-    accept_s: float = 2.0
-    silence_s: float = 5.0
-    busy_pause_s: float = 0.5
-    suspect_s: float = 30.0   # a board that fell silent is not sent a retry this long
-
-
-@dataclass
-class _Waiter:
-    request_id: str
-    on_chunk: Chunk | None
-    done: threading.Event = field(default_factory=threading.Event)
-    answer: dict[str, Any] | None = None
-    received_at: float = 0.0          # time.monotonic() when the final answer arrived
-    # the retry rule (None: publish once) and what a retry publishes again
-    retry: PoolRetry | None = None
-    topic: str = ""
-    payload: bytes = b""
-    properties: Properties | None = None
-    attempts: int = 0                 # publishes so far
-    published_at: float = 0.0         # the last publish (time.monotonic())
-    heard_at: float | None = None     # the last message about it since that publish
-    again_at: float | None = None     # a busy answer: publish again at this time
-    busy: dict[str, Any] | None = None  # the last busy answer (the result if time runs out)
-    pooled: bool = False              # sent to the pool (retries may go to one board)
-    node: str | None = None           # the board its last ``working`` came from
-
-
 class DescribeClient:
     """One MQTT connection that sends describe requests and waits for their answers."""
 
@@ -202,16 +155,13 @@ class DescribeClient:
         self._client.on_socket_open = _nodelay
         self._client.on_message = self._on_message
         self._lock = threading.Lock()
-        self._waiters: dict[str, _Waiter] = {}      # by request id (= correlation data)
+        self._waiters: dict[str, Waiter] = {}       # by request id (= correlation data)
         self._subscribed: set[str] = set()
         self._connected = threading.Event()
         self._refused: str | None = None
         self._retained_states: dict[str, str] = {}
         self._watches: dict[str, Callable[[paho.MQTTMessage], None]] = {}
-        self._retrying: threading.Thread | None = None
-        self._heard: dict[str, float] = {}    # board -> when its last ``working`` came
-        self._silent: dict[str, float] = {}   # board -> until when it is not sent retries
-        self._closed = threading.Event()
+        self._resender = Resender(base_topic, self._lock, self._waiters, self._publish)
 
     # ------------------------------------------------------------------ connection
 
@@ -239,7 +189,7 @@ class DescribeClient:
                                     f"the connection: {self._refused or 'no answer'}")
 
     def close(self) -> None:
-        self._closed.set()
+        self._resender.stop()
         try:
             self._client.disconnect()
         finally:
@@ -290,7 +240,7 @@ class DescribeClient:
     def send(self, request: dict[str, Any], node: str | None,
              on_chunk: Chunk | None = None, subscribe_timeout: float = 10.0,
              properties: Properties | None = None, retry: PoolRetry | None = None
-             ) -> _Waiter:
+             ) -> Waiter:
         """Publish ``request`` to ``node`` (None: the shared pool); returns its waiter. With
         ``retry`` the request asks for ``working`` messages and is published again by the
         rule of :class:`PoolRetry` until :meth:`wait` returns."""
@@ -299,8 +249,8 @@ class DescribeClient:
         topics = Topics(self.base, node or "pool")
         topic = topics.request("describe") if node else topics.pool_request("describe")
         request_id = str(request["id"])
-        waiter = _Waiter(request_id, on_chunk, retry=retry, topic=topic,
-                         payload=json.dumps(request).encode(), pooled=node is None)
+        waiter = Waiter(request_id, on_chunk, retry=retry, topic=topic,
+                        payload=json.dumps(request).encode(), pooled=node is None)
         props = properties
         if self.v5:
             self._subscribe(self.reply_topic(), subscribe_timeout)
@@ -316,10 +266,10 @@ class DescribeClient:
             self._waiters[request_id] = waiter
         self._publish(waiter)
         if retry is not None:
-            self._start_retrying()
+            self._resender.start()
         return waiter
 
-    def _publish(self, waiter: _Waiter, topic: str | None = None) -> None:
+    def _publish(self, waiter: Waiter, topic: str | None = None) -> None:
         with self._lock:
             waiter.attempts += 1
             waiter.published_at = time.monotonic()
@@ -329,60 +279,7 @@ class DescribeClient:
         if info.rc not in (paho.MQTT_ERR_SUCCESS, paho.MQTT_ERR_NO_CONN):  # paho resends
             raise BrokerUnavailable(f"publish failed: {paho.error_string(info.rc)}")
 
-    def _start_retrying(self) -> None:
-        with self._lock:
-            if self._retrying is not None:
-                return
-            self._retrying = threading.Thread(target=self._retry_loop, daemon=True,
-                                              name="edgevlm-ask-retry")
-        self._retrying.start()
-
-    def _retry_loop(self) -> None:
-        while not self._closed.wait(0.1):
-            try:
-                for waiter, why, topic in self._due_again(time.monotonic()):
-                    log.info("request %s: %s; sending it again to %s (attempt %d)",
-                             waiter.request_id, why, topic, waiter.attempts + 1)
-                    self._publish(waiter, topic)
-            except Exception:  # the next round tries again
-                log.exception("resending a pooled request failed")
-
-    def _due_again(self, now: float) -> list[tuple[_Waiter, str, str]]:
-        """The waiters whose request must be published again: why, and to which topic."""
-        due: list[tuple[_Waiter, str, str]] = []
-        with self._lock:
-            for waiter in self._waiters.values():
-                rule = waiter.retry
-                if rule is None or waiter.done.is_set():
-                    continue
-                if waiter.again_at is not None:
-                    if now >= waiter.again_at:
-                        due.append((waiter, "the board answered busy", waiter.topic))
-                elif waiter.heard_at is None:
-                    if now - waiter.published_at >= rule.accept_s:
-                        due.append((waiter, f"no board took it within {rule.accept_s:g} s",
-                                    self._retry_topic(waiter, now, silent=False)))
-                elif now - waiter.heard_at >= rule.silence_s:
-                    if waiter.node is not None:
-                        self._silent[waiter.node] = now + rule.suspect_s
-                    due.append((waiter, f"no word from board {waiter.node} for "
-                                        f"{rule.silence_s:g} s",
-                                self._retry_topic(waiter, now, silent=True)))
-        return due
-
-    def _retry_topic(self, waiter: _Waiter, now: float, silent: bool) -> str:
-        """The pool, or (after a silence, or from the third publish on) the request topic of
-        the board heard from last that has not fell silent (caller holds the lock)."""
-        if not waiter.pooled or not (silent or waiter.attempts >= 2):
-            return waiter.topic
-        live = [(at, node) for node, at in self._heard.items()
-                if node != waiter.node and self._silent.get(node, 0.0) <= now
-                and now - at <= 3 * (waiter.retry.silence_s if waiter.retry else 5.0)]
-        if not live:
-            return waiter.topic
-        return Topics(self.base, max(live)[1]).request("describe")
-
-    def wait(self, waiter: _Waiter, timeout: float) -> dict[str, Any]:
+    def wait(self, waiter: Waiter, timeout: float) -> dict[str, Any]:
         try:
             if not waiter.done.wait(timeout) or waiter.answer is None:
                 if waiter.busy is not None:
@@ -438,8 +335,7 @@ class DescribeClient:
             board = body.get("node")
             if status == "working" and isinstance(board, str) and _topic_level(board):
                 waiter.node = board
-                self._heard[board] = now
-                self._silent.pop(board, None)
+                self._resender.heard_working(board, now)
             if (status == "error" and waiter.retry is not None
                     and (body.get("error") or {}).get("type") == "busy"):
                 waiter.busy = body

@@ -4,8 +4,9 @@ Sizes accept an integer number of bytes or a string with a unit (``512 MiB``, ``
 Values come from the file (with ``!secret name`` and ``!env VAR``), then environment variables
 ``EDGEVLM_<SECTION>__<KEY>``, then dotted overrides from command-line flags
 (:mod:`edgevlm.config_sources`). A bad configuration is refused whole: :class:`ConfigError`
-lists every problem as ``limits.max_queue = -1 (line 12): Input should be greater than or
-equal to 1`` (or ``(from env EDGEVLM_LIMITS__MAX_QUEUE)``).
+(:mod:`edgevlm.config_errors`, which also hides secrets) lists every problem as
+``limits.max_queue = -1 (line 12): Input should be greater than or equal to 1`` (or
+``(from env EDGEVLM_LIMITS__MAX_QUEUE)``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from pydantic import (
     model_validator,
 )
 
+from .config_errors import ConfigError as ConfigError  # re-exported: imported from here
+from .config_errors import redact, validation_problems
 from .config_http import HttpConfig
 from .config_sources import Loc, RawConfig, apply_env, apply_overrides, read_yaml
 from .pipeline.limits import MMLimits, RequestLimits
@@ -285,32 +288,6 @@ class FrigateConfig(_Section):
                                     "to /api/events/<id>/description")
 
 
-SECRET_KEYS = frozenset({"password", "key", "secret", "token", "api_key"})
-REDACTED = "***"
-
-
-def _redact(value: Any, path: Loc, secret_paths: set[Loc], secret_values: frozenset[str],
-            hidden: set[str] | None = None, inherited: bool = False) -> Any:
-    """``value`` (at ``path``) with every secret as ``***``: passwords and keys by name, what
-    came from ``!secret``/``!env`` (all of it, when a whole section did) and every string
-    equal to a ``!secret``/``!env`` value. ``hidden`` collects the texts it masked."""
-    inherited = inherited or path in secret_paths
-    if isinstance(value, dict):
-        return {k: _redact(v, (*path, k), secret_paths, secret_values, hidden, inherited)
-                for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redact(v, (*path, i), secret_paths, secret_values, hidden, inherited)
-                for i, v in enumerate(value)]
-    if value is None:
-        return None
-    if (inherited or (path and str(path[-1]) in SECRET_KEYS)
-            or (isinstance(value, str) and value in secret_values)):
-        if hidden is not None:
-            hidden.add(str(value))
-        return REDACTED
-    return value
-
-
 class Config(_Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
@@ -329,46 +306,8 @@ class Config(_Section):
     def redacted(self) -> dict[str, Any]:
         """The config as JSON data with passwords, keys and every ``!secret``/``!env`` value
         as ``***``."""
-        return _redact(self.model_dump(mode="json"), (), self._secret_paths,  # type: ignore[no-any-return]
-                       self._secret_values)
-
-
-class ConfigError(ValueError):
-    """The configuration is invalid; ``problems`` lists each with path, value and origin."""
-
-    def __init__(self, source: str, problems: list[str]) -> None:
-        self.problems = problems
-        lines = "\n".join(f"  - {p}" for p in problems)
-        super().__init__(f"invalid configuration in {source}:\n{lines}")
-
-
-_NOISE = ("function-before", "function-after", "int", "str", "literal", "float", "bool",
-          "TLSConfig", "none")
-
-
-def _problems(exc: ValidationError, raw: RawConfig) -> list[str]:
-    """One line per validation error: key, value and origin, with secrets as ``***``."""
-    secret_values = frozenset(raw.secret_values)
-    problems = []
-    for err in exc.errors(include_url=False):
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and (
-            "[" in p or p in _NOISE)))
-        key = ".".join(str(p) for p in loc) or "(top level)"
-        origin = raw.origin_of(loc)
-        where = f" ({origin})" if origin else ""
-        hidden: set[str] = set()
-        inherited = (any(loc[:end] in raw.secret_paths for end in range(len(loc)))
-                     or (bool(loc) and str(loc[-1]) in SECRET_KEYS))  # a password as a list
-        shown = _redact(err.get("input"), loc, raw.secret_paths, secret_values, hidden,
-                        inherited)
-        value = "" if err["type"] == "missing" else f" = {shown!r}".replace("'***'", "***")
-        message = err["msg"].removeprefix("Value error, ")
-        for text in sorted(hidden - {""}, key=len, reverse=True):  # a validator may quote it
-            message = re.sub(rf"(?<!\w){re.escape(text)}(?!\w)", REDACTED, message)
-        if err["type"] == "extra_forbidden":
-            message = "unknown key; check the spelling against etc/edgevlm.yaml"
-        problems.append(f"{key}{value}{where}: {message}")
-    return problems
+        return redact(self.model_dump(mode="json"), (), self._secret_paths,  # type: ignore[no-any-return]
+                      self._secret_values)
 
 
 def _validate(raw: RawConfig, source: str, env: Mapping[str, str] | None,
@@ -387,7 +326,7 @@ def _validate(raw: RawConfig, source: str, env: Mapping[str, str] | None,
     try:
         config = Config.model_validate(raw.data)
     except ValidationError as exc:
-        problems += _problems(exc, raw)
+        problems += validation_problems(exc, raw)
     if problems or config is None:
         raise ConfigError(source, problems)
     config._secret_paths = set(raw.secret_paths)

@@ -11,7 +11,8 @@ Two ways a frame reaches the model, both per configured camera (``cameras:`` in 
   gets
   exactly one record on the description topic: its description, or ``status: skipped`` /
   ``failed`` with a ``reason`` (:meth:`CameraSources.record_messages`), whatever number of
-  messages Frigate sends for it.
+  messages Frigate sends for it. The frame and the messages its answer publishes:
+  :mod:`edgevlm.sources.camera_messages`.
 
 Prompts take ``{camera}``, ``{label}`` and ``{sub_label}`` placeholders; a per-label prompt
 overrides the camera's prompt. Cameras are switched with ``ON``/``OFF`` on ``.../set`` and
@@ -25,36 +26,28 @@ This module keeps state (enabled flags, the events already decided) behind a loc
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from pydantic import ValidationError
 
 from ..frontdoors.mqtt.topics import Topics, has_wildcards
 from ..wire.errors import WireError
-from .camera_options import (
-    OptionStore,
-    OverriddenCamera,
-    camera_event,
-    encode_option,
-    parse_option,
-)
+from . import camera_messages
+from .camera_messages import CameraFrame as CameraFrame  # re-exported: imported from here
+from .camera_messages import Message as Message
+from .camera_messages import fill_prompt as fill_prompt
+from .camera_messages import image_kind as image_kind
+from .camera_options import OptionStore, OverriddenCamera, encode_option, parse_option
 from .event_journal import EventJournal, JournaledEvent
 from .frigate import FrigateEvent, FrigateJoin, FrigateObject, FrigateThumbnail, Skip
 
 log = logging.getLogger(__name__)
 
-Message = tuple[str, bytes, bool]  # (topic, payload, retain)
-
-JPEG_MAGIC = b"\xff\xd8\xff"
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 MAX_REMEMBERED_EVENTS = 1024
 
 
@@ -79,43 +72,6 @@ class CameraSettings(Protocol):
     def label_prompts(self) -> Mapping[str, str]: ...
     @property
     def max_tokens(self) -> int: ...
-
-
-@dataclass(frozen=True)
-class CameraFrame:
-    """One frame to describe: the image bytes and the prompt already filled in."""
-
-    camera: str
-    label: str | None
-    event_id: str | None   # the Frigate event id; None for a frame on a camera topic
-    image: bytes
-    prompt: str
-    max_tokens: int
-
-
-class _Placeholders(dict[str, str]):
-    def __missing__(self, key: str) -> str:
-        return "{" + key + "}"  # unknown placeholders stay as written
-
-
-def fill_prompt(template: str, camera: str, label: str | None, sub_label: str | None) -> str:
-    """``template`` with ``{camera}``, ``{label}`` and ``{sub_label}`` filled in."""
-    values = _Placeholders(camera=camera, label=label or "object", sub_label=sub_label or "")
-    try:
-        return " ".join(template.format_map(values).split())
-    except (ValueError, IndexError, AttributeError):
-        log.warning("camera %s: prompt %r has a broken placeholder; sent as written",
-                    camera, template)
-        return template
-
-
-def image_kind(payload: bytes) -> str | None:
-    """"jpeg" or "png" from the magic bytes, else None."""
-    if payload.startswith(JPEG_MAGIC):
-        return "jpeg"
-    if payload.startswith(PNG_MAGIC):
-        return "png"
-    return None
 
 
 class CameraSources:
@@ -380,46 +336,17 @@ class CameraSources:
 
     def result_messages(self, frame: CameraFrame, text: str | None, error: WireError | None,
                         model: str, metrics: Mapping[str, float]) -> list[Message]:
-        """Retained description (+ Frigate's ``type/id/description`` keys for an event) and
-        the retained snapshot of the analysed frame (always JPEG, as its Home Assistant image
-        entity says). An error on a plain frame publishes nothing (logged): the last good
-        description stays; on a Frigate event, its ``failed`` record."""
-        if error is not None or text is None:
-            reason = f"{error.type}: {error.message}" if error else "no text"
-            log.warning("camera %s: frame not described (%s)", frame.camera, reason)
-            if frame.event_id is None:
-                return []
-            return self.record_messages(frame.camera, frame.label, frame.event_id, "failed",
-                                        error.type if error else "no_text", reason)
-        body: dict[str, Any] = {
-            "camera": frame.camera, "label": frame.label, "event_id": frame.event_id,
-            "text": text, "model": model,
-            "metrics": {k: round(float(v), 2) for k, v in metrics.items()},
-            "at": datetime.now(UTC).isoformat(timespec="milliseconds"),
-        }
-        if frame.event_id is not None:
-            body.update({"type": "description", "id": frame.event_id, "description": text})
-        return [(self.description_topic(frame.camera), json.dumps(body).encode(), True),
-                (self.snapshot_topic(frame.camera), as_jpeg(frame.image), True)]
+        """The retained description and snapshot of ``frame``'s answer, or a Frigate event's
+        ``failed`` record (:func:`camera_messages.result_messages`)."""
+        return camera_messages.result_messages(self._topics, frame, text, error, model,
+                                               metrics)
 
     def record_messages(self, camera: str, label: str | None, event_id: str, status: str,
                         reason: str, detail: str) -> list[Message]:
-        """The record of a Frigate event that gets no description: on the description topic,
-        not retained (the retained description stays the last good one), with ``status``
-        ``skipped`` (never run: ``no_snapshot``, ``stale_snapshot``, ``queue_full``,
-        ``deadline``, ``stopping``, ``camera_off``, ``fetch_failed``,
-        ``restarted``) or ``failed`` (the model's error type).
-        The camera's Home Assistant ``event`` entity fires ``description_skipped`` /
-        ``description_failed`` with the same label, event id and reason (not retained);
-        the description sensor's templates keep its state for a record with ``status``."""
-        body = {"camera": camera, "label": label, "event_id": event_id, "id": event_id,
-                "status": status, "reason": reason, "detail": detail, "text": None,
-                "at": datetime.now(UTC).isoformat(timespec="milliseconds")}
-        event_topic, event = camera_event(self.option_topic(camera, "event"),
-                                          f"description_{status}", camera, label, event_id,
-                                          None, reason)
-        return [(self.description_topic(camera), json.dumps(body).encode(), False),
-                (event_topic, event, False)]
+        """The ``skipped``/``failed`` record of a Frigate event that gets no description
+        (:func:`camera_messages.record_messages`)."""
+        return camera_messages.record_messages(self._topics, camera, label, event_id, status,
+                                               reason, detail)
 
     def frame_record(self, frame: CameraFrame, reason: str, detail: str) -> list[Message]:
         """``skipped`` record of a queued event frame that will not run; [] for plain frames."""
@@ -427,18 +354,3 @@ class CameraSources:
             return []
         return self.record_messages(frame.camera, frame.label, frame.event_id, "skipped",
                                     reason, detail)
-
-
-def as_jpeg(image: bytes, quality: int = 90) -> bytes:
-    """``image`` as JPEG bytes (a PNG is re-encoded; a JPEG is passed through)."""
-    if image_kind(image) != "png":
-        return image
-    import io
-
-    from PIL import Image
-
-    with Image.open(io.BytesIO(image)) as img:
-        rgb = img.convert("RGB")
-    out = io.BytesIO()
-    rgb.save(out, "JPEG", quality=quality)
-    return out.getvalue()
