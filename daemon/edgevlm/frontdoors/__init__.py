@@ -1,1 +1,1 @@
-"""Front doors: each decodes its transport and hands requests to the pipeline. ``mqtt`` today."""
+"""Front doors: each decodes its transport and hands requests to the pipeline. ``mqtt`` and ``http``."""

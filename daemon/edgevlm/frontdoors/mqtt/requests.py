@@ -67,6 +67,7 @@ def dedupe_key(verb: str, request_id: str | None, payload: bytes, reply_topic: s
     return RequestKey(f"{verb}:{scope}:sha:{payload_digest.hex()}", payload_digest)
 
 
+MAX_REQUESTER_SIDES = 1024
 REFUSAL_KEY_BYTES = 64 * 1024   # what a refused payload's key hashes (of any size)
 
 
@@ -89,6 +90,7 @@ class RequestHandler:
         self.replies = replies or ReplyPolicy.for_node(topics)
         self.refs = refs
         self.side = side
+        self._sides: dict[str, RequestSide] = {}  # requester -> its side (_side_of)
         self.queue = queue
         self.dedupe = dedupe
         self.replier = replier
@@ -98,6 +100,16 @@ class RequestHandler:
         self.accepting = True
         self.refusals = RefusalLog(log)
         self.progress: ProgressBeacon | None = None  # ``working`` messages (progress_s)
+
+    def _side_of(self, requester: str) -> RequestSide:
+        """The request side of ``requester`` (its image_ref capabilities), made once per
+        requester: a few hundred reply topics at most, rebuilt from scratch past that."""
+        side = self._sides.get(requester)
+        if side is None:
+            if len(self._sides) >= MAX_REQUESTER_SIDES:
+                self._sides.clear()
+            side = self._sides[requester] = side_for(self.side, self.refs, requester)
+        return side
 
     def route_for(self, msg: Incoming, verb: str) -> tuple[Route, str | None]:
         """The reply route of ``msg``, and why its own Response Topic was refused (if so)."""
@@ -136,8 +148,7 @@ class RequestHandler:
         ack = Ack.of(msg)
         requester = self.replies.requester(route.topic)
         try:
-            admitted = get_verb(rt.verb).admit(msg.payload,
-                                              side_for(self.side, self.refs, requester))
+            admitted = get_verb(rt.verb).admit(msg.payload, self._side_of(requester))
         except EdgevlmError as exc:  # the id comes with it: the payload is parsed once
             rid = exc.request_id
             if rid is None and isinstance(exc, PayloadTooLarge):
