@@ -33,7 +33,8 @@ _SERVE_FLAGS = {"mqtt_host": "mqtt.host", "mqtt_port": "mqtt.port",
                 "node_id": "mqtt.node_id", "client_id": "mqtt.client_id",
                 "protocol": "mqtt.protocol", "model": "model.path", "threads": "model.threads",
                 "context": "model.context", "precision": "model.precision",
-                "max_queue": "limits.max_queue"}
+                "max_queue": "limits.max_queue", "http_host": "http.host",
+                "http_port": "http.port"}
 
 
 def serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -46,6 +47,8 @@ def serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
         overrides["homeassistant.discovery"] = False
     if args.no_zeroconf:
         overrides["zeroconf.enabled"] = False
+    if args.http:
+        overrides["http.enabled"] = True
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep or not key:
@@ -237,6 +240,11 @@ def add_mqtt_commands(sub: Any) -> None:
                    "answers are busy (default 8)")
     p.add_argument("--no-discovery", action="store_true", help="no Home Assistant discovery")
     p.add_argument("--no-zeroconf", action="store_true", help="no zeroconf announcement")
+    p.add_argument("--http", action="store_true", help="http.enabled: also serve the OpenAI "
+                   "and Ollama APIs (docs/http.md)")
+    p.add_argument("--http-host", metavar="HOST", help="http.host (default 127.0.0.1; beyond "
+                   "loopback set http.api_key)")
+    p.add_argument("--http-port", type=int, metavar="PORT", help="http.port (default 11434)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any config key, e.g. --set cameras.door.prompt='Who is there?'")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"],

@@ -66,11 +66,12 @@ def test_serve_flags_become_dotted_config_overrides() -> None:
     args = build_parser().parse_args([
         "serve", "--mqtt-host", "broker.lan", "--mqtt-port", "8883", "--node-id", "garage",
         "--threads", "2", "--precision", "fast", "--no-discovery", "--set", "limits.max_queue=3",
+        "--http", "--http-port", "8080",
         "--set", "cameras.door.prompt=Who is at the {camera}?"])
     assert serve_overrides(args) == {
         "mqtt.host": "broker.lan", "mqtt.port": 8883, "mqtt.node_id": "garage",
         "model.threads": 2, "model.precision": "fast", "homeassistant.discovery": False,
-        "limits.max_queue": 3,
+        "http.enabled": True, "http.port": 8080, "limits.max_queue": 3,
         "cameras.door.prompt": "Who is at the {camera}?"}
 
 

@@ -1,1 +1,2 @@
-"""Front doors: each decodes its transport and hands requests to the pipeline. ``mqtt`` and ``http``."""
+"""Front doors: each decodes its transport and hands requests to the pipeline: ``mqtt``
+and ``http``."""
