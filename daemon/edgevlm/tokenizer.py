@@ -134,6 +134,11 @@ class HFTokenizer:
 
     exact_is_cheap = False
 
+    @property
+    def backend(self) -> Tokenizer:
+        """The ``tokenizers.Tokenizer`` (for a grammar engine that reads its token table)."""
+        return self._tok
+
     def __init__(self, tokenizer: Tokenizer, name: str = "tokenizer.json") -> None:
         self._tok = tokenizer
         self.name = name

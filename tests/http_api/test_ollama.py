@@ -78,13 +78,6 @@ def test_list_show_and_version(http_service: Any) -> None:
         assert "version" in json.loads(response.read())
 
 
-def test_structured_output_is_refused_not_ignored(http_service: Any) -> None:
-    service = http_service()
-    with pytest.raises(ollama.ResponseError) as info:
-        client(service).generate("m", PROMPT, format="json")
-    assert info.value.status_code == 400 and "format" in str(info.value.error)
-
-
 def test_home_assistants_ollama_conversation_call(http_service: Any, tmp_path: Any) -> None:
     """The call Home Assistant's Ollama integration makes for a conversation or AI task with
     an image attachment (homeassistant/components/ollama/entity.py at commit 0d0db908,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +31,18 @@ class GenerationResult:
     deepstack: bool
     cache: list[tuple[bool, str]] = field(default_factory=list)  # (hit, key) per image/video
     logits: npt.NDArray[np.float32] | None = None   # [steps, vocab] when requested
+    parsed: Any = None                # a schema answer's JSON value
+
+
+class Constraint(Protocol):
+    """A grammar the answer follows (:class:`edgevlm.structured.TokenConstraint`)."""
+
+    def mask(self, logits: npt.NDArray[np.float32]) -> None: ...
+
+    def accept(self, token: int) -> None: ...
+
+    @property
+    def done(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -58,9 +71,12 @@ class Decoded:
 
 def decode(session: NativeSession, prompt: PromptInputs, sampling: Sampling, max_tokens: int,
            stopper: StopChecker, on_text: Callable[[str], None] | None = None,
-           want_logits: bool = False, cancelled: Callable[[], bool] | None = None) -> Decoded:
+           want_logits: bool = False, cancelled: Callable[[], bool] | None = None,
+           constraint: Constraint | None = None) -> Decoded:
     """Prefill ``prompt`` on a reset ``session`` and decode up to ``max_tokens`` tokens;
-    ``cancelled`` is asked before every decode step (True: stop, ``cancelled``)."""
+    ``cancelled`` is asked before every decode step (True: stop, ``cancelled``);
+    ``constraint`` masks the logits before each sampling step and ends the answer when its
+    grammar is complete."""
     session.reset()
     session.set_seed(sampling.seed if sampling.seed is not None else time.time_ns())
     t_prefill = time.perf_counter()
@@ -75,6 +91,8 @@ def decode(session: NativeSession, prompt: PromptInputs, sampling: Sampling, max
     for i in range(max_tokens):
         if want_logits:
             steps.append(logits.copy())
+        if constraint is not None:
+            constraint.mask(logits)
         token = session.sample(logits, sampling.temperature, sampling.top_k, sampling.top_p,
                                sampling.repetition_penalty, history[:i])
         if i == 0:
@@ -87,6 +105,11 @@ def decode(session: NativeSession, prompt: PromptInputs, sampling: Sampling, max
         if stopper.finished:
             finish = "stop"
             break
+        if constraint is not None:
+            constraint.accept(token)
+            if constraint.done:
+                finish = "stop"
+                break
         if i + 1 == max_tokens:
             break
         if cancelled is not None and cancelled():

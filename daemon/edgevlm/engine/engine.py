@@ -21,6 +21,7 @@ from typing import Any
 
 from PIL import Image
 
+from ..structured import Grammar, TokenConstraint, compile_grammar, parsed
 from ..tokenizer import ChatTokens, tokenize_chat
 from ..vision.decode import MediaPolicy, decode_for_resize
 from ..vision.prepare import FeatureCache, ModelFacts, Preparation, PreparedMedia, prepare_media
@@ -220,13 +221,20 @@ class Engine:
     def generate_prepared(self, request: Request, prepared: Sequence[PreparedMedia],
                           media_ms: float = 0.0, on_text: Callable[[str], None] | None = None,
                           want_logits: bool = False, *, chat: ChatTokens | None = None,
-                          checked: bool = False) -> GenerationResult:
+                          checked: bool = False, grammar: Grammar | None = None
+                          ) -> GenerationResult:
         """Answer ``request`` with its prepared media. ``chat``: its chat template already
         tokenized (admission's); ``checked``: the context check already ran (admission's
-        budget); otherwise it runs here, on the assembled prompt, before the prefill."""
+        budget); otherwise it runs here, on the assembled prompt, before the prefill.
+        ``grammar``: the answer follows it (admission compiled the request's schema or
+        regex; None: compiled here when the request has one)."""
         t_start = time.perf_counter()
         if chat is None:
             chat = tokenize_chat(request.messages, self.tokenizer)
+        if grammar is None:
+            grammar = compile_grammar(request.schema_, request.regex)
+        constraint = (TokenConstraint(grammar, self.tokenizer.backend, self.special.eos)
+                      if grammar is not None else None)
         with self._lock:
             self._cancel.clear()
             media, encode_ms = self.encode_prepared(prepared)
@@ -239,7 +247,7 @@ class Engine:
                               or "none")
             done = decode(self.session, prompt, self._sampling(request), request.max_tokens,
                           self.stop_checker(request.stop), on_text, want_logits,
-                          self._cancel.is_set)
+                          self._cancel.is_set, constraint)
         n_out = done.n_sampled
         total_ms = (done.decode_end_at - t_start) * 1e3 + media_ms
         ttft_ms = (done.first_token_at - t_start) * 1e3 + media_ms if n_out else 0.0
@@ -254,7 +262,7 @@ class Engine:
                      "total_ms": total_ms, "completion_tokens": float(n_out)},
             deepstack=all(m.features.has_deepstack for m in media) if media else True,
             cache=[(p.cache_hit, p.cache_key) for p in prepared if p.cache_key],
-            logits=done.logits)
+            logits=done.logits, parsed=parsed(grammar, done.stopper.text))
 
     def _sampling(self, request: Request) -> Sampling:
         d = self.sampling

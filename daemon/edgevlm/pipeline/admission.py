@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from ..structured import Grammar, compile_grammar
 from ..vision.prepare import PreparedMedia
 from ..wire.errors import CacheMiss, EdgevlmError, PayloadTooLarge
 from ..wire.protocol import Request, parse_request
@@ -54,6 +55,7 @@ class Admitted:
     request: Request
     counts: dict[str, int]
     budget: Budget
+    grammar: Grammar | None = None  # the answer's schema or regex, compiled
     media: list[PreparedMedia] = field(default_factory=list)  # prepared on the worker
 
 
@@ -71,8 +73,9 @@ def admit_request(request: Request, payload_bytes: int, side: RequestSide) -> Ad
     ``payload_bytes`` the image's and the prompt's) as for one from the wire."""
     try:
         check_request_limits(request, payload_bytes, side.limits)
+        grammar = compile_grammar(request.schema_, request.regex)
         budget = preflight(request, side.preflight)
     except EdgevlmError as exc:
         exc.request_id = request.id
         raise
-    return Admitted(request, count_items(request), budget)
+    return Admitted(request, count_items(request), budget, grammar)

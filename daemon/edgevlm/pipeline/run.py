@@ -44,4 +44,5 @@ def run_admitted(engine: Engine, admitted: Admitted, ctx: PreflightContext,
     prepare_media(admitted, engine.facts, ctx, engine.cache, refs)
     media_ms = (time.perf_counter() - t0) * 1e3
     return engine.generate_prepared(request, admitted.media, media_ms=media_ms,
-                                    on_text=on_text, chat=chat, checked=True)
+                                    on_text=on_text, chat=chat, checked=True,
+                                    grammar=admitted.grammar)

@@ -59,7 +59,7 @@ def answer(result: GenerationResult, model: str, queue_ms: float,
                                   "total_ms")}),
         cache=[CacheInfo(hit=hit, key=ref(key) if ref is not None else key)
                for hit, key in result.cache],
-        model=model, deepstack=result.deepstack)
+        model=model, deepstack=result.deepstack, parsed=result.parsed)
 
 
 VERB = Verb(NAME, admit, answer)

@@ -99,6 +99,11 @@ class Request(StrictModel):
         "the answer: a client that hears nothing for a while may send the same request "
         "again (the pool's retry rule, docs/mqtt.md)")
     mm_processor_kwargs: MMProcessorKwargs | None = None
+    schema_: dict[str, Any] | bool | None = Field(
+        default=None, alias="schema", description="a JSON schema the answer follows (true: "
+        "any JSON object); decoding is constrained to it, the answer's `parsed` is the value")
+    regex: str | None = Field(default=None, max_length=4096,
+                              description="a regular expression the whole answer matches")
 
     @field_validator("stop", mode="before")
     @classmethod
@@ -155,6 +160,8 @@ class AnswerData(StrictModel):
     cache: list[CacheInfo] = Field(default_factory=list)
     model: str
     deepstack: bool = True
+    parsed: Any = Field(default=None, description="with schema: the answer as a JSON value "
+                        "(absent when max_tokens cut it short)")
 
 
 ErrorType = Literal["invalid_request", "mm_limit_exceeded", "unsupported_modality",

@@ -7,7 +7,8 @@ NDJSON streaming on unless ``"stream": false``, as Ollama does), ``GET /api/tags
 ``presence_penalty``, ...) are ignored with a log line, as Ollama ignores an option its runner
 lacks — Frigate's Ollama provider sends ``presence_penalty`` on every request. The board holds
 one model: ``model`` names it for the client, any name is served by it (as llama.cpp's server
-does). ``format`` (structured output) is refused until edgevlm decodes to a schema.
+does). ``format`` (``"json"`` or a JSON schema) constrains the decoding
+(:mod:`edgevlm.structured`).
 """
 
 from __future__ import annotations
@@ -60,9 +61,6 @@ def _check_common(body: dict[str, Any], allowed: frozenset[str]) -> None:
     for key in body:
         if key not in allowed:
             raise _bad(f"unsupported field: '{key}'")
-    if body.get("format") not in (None, ""):
-        raise _bad("format (structured output) is not supported yet; leave it out and ask "
-                   "for the shape in the prompt")
     if body.get("think"):
         raise _bad("think is not supported by this model; leave it out or set it to false")
     if body.get("tools"):
@@ -107,8 +105,20 @@ def generate_request(body: dict[str, Any], default_max_tokens: int) -> dict[str,
         messages.append({"role": "system", "content": str(body["system"])})
     messages.append({"role": "user", "content": [*_images(body.get("images"), "images"),
                                                  {"type": "text", "text": prompt}]})
-    return {"messages": messages, **_sampling(body, default_max_tokens),
+    return {"messages": messages, **_sampling(body, default_max_tokens), **_format(body),
             "stream": body.get("stream", True) is not False}
+
+
+def _format(body: dict[str, Any]) -> dict[str, Any]:
+    """Ollama's ``format`` ("json", or a JSON schema) as the request's ``schema``."""
+    value = body.get("format")
+    if value in (None, ""):
+        return {}
+    if value == "json":
+        return {"schema": True}
+    if isinstance(value, dict):
+        return {"schema": value}
+    raise _bad('format must be "json" or a JSON schema object')
 
 
 def chat_request(body: dict[str, Any], default_max_tokens: int) -> dict[str, Any]:
@@ -135,7 +145,7 @@ def chat_request(body: dict[str, Any], default_max_tokens: int) -> dict[str, Any
         images = _images(message.get("images"), f"messages[{i}].images")
         out.append({"role": role, "content": [*images, {"type": "text", "text": content}]
                     if images else content})
-    return {"messages": out, **_sampling(body, default_max_tokens),
+    return {"messages": out, **_sampling(body, default_max_tokens), **_format(body),
             "stream": body.get("stream", True) is not False}
 
 

@@ -7,8 +7,10 @@ parts), ``max_completion_tokens`` (or ``max_tokens``), ``temperature``, ``top_p`
 ``stop``, ``stream`` with ``stream_options.include_usage``; vLLM's ``top_k``,
 ``repetition_penalty`` and ``mm_processor_kwargs``. ``image_url.detail: "low"`` on every image
 caps the request at OpenAI's low-detail size (512×512 pixels). Any other parameter is refused
-with an OpenAI-shaped 400 naming it — never ignored. The answer carries OpenAI's ``usage`` and
-an ``edgevlm`` object with the per-stage metrics and the cache references.
+with an OpenAI-shaped 400 naming it — never ignored. ``response_format`` (``json_object``,
+``json_schema``) constrains the decoding (:mod:`edgevlm.structured`). The answer carries
+OpenAI's ``usage`` and an ``edgevlm`` object with the per-stage metrics, the cache references
+and, for a JSON answer, ``parsed``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ SAMPLING = ("temperature", "top_p", "seed", "top_k", "repetition_penalty",
             "mm_processor_kwargs")
 ACCEPTED = frozenset({"model", "messages", "max_tokens", "max_completion_tokens", "stop", "n",
                       "stream", "stream_options", "user", "frequency_penalty",
-                      "presence_penalty", *SAMPLING})
+                      "presence_penalty", "response_format", *SAMPLING})
 OWN_PARTS = frozenset({"text", "image", "video_frames", "vision_tokens", "image_ref"})
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
@@ -97,9 +99,31 @@ def chat_request(body: dict[str, Any], default_max_tokens: int) -> dict[str, Any
     if body.get("stop") is not None:
         request["stop"] = body["stop"]
     request["stream"] = bool(body.get("stream", False))
+    schema = _response_schema(body.get("response_format"))
+    if schema is not None:
+        request["schema"] = schema
     if details and all(d == "low" for d in details) and "mm_processor_kwargs" not in request:
         request["mm_processor_kwargs"] = {"max_pixels": LOW_DETAIL_PIXELS}
     return request
+
+
+def _response_schema(response_format: Any) -> Any:
+    """``response_format`` as the request's ``schema`` (None: free text)."""
+    if response_format is None:
+        return None
+    kind = response_format.get("type") if isinstance(response_format, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return True
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        if not isinstance(spec, dict):
+            raise _bad("response_format.json_schema must be an object with 'schema'",
+                       "response_format")
+        return spec.get("schema", True)
+    raise _bad("response_format.type must be text, json_object or json_schema",
+               "response_format")
 
 
 def include_usage(body: dict[str, Any]) -> bool:
@@ -125,7 +149,7 @@ def extension(data: dict[str, Any]) -> dict[str, Any]:
     """edgevlm's own answer fields: per-stage metrics, cache references, vision tokens."""
     return {"metrics": data["metrics"], "cache": data.get("cache", []),
             "vision_tokens": data["usage"]["vision_tokens"],
-            "finish_reason": data["finish_reason"]}
+            "finish_reason": data["finish_reason"], "parsed": data.get("parsed")}
 
 
 def completion(data: dict[str, Any], model: str, cid: str) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from .submit import HttpReply, Submitter
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-REPLY_KEY = "edgevlm.reply"  # the request's HttpReply, once queued
+REPLY_KEY = web.RequestKey("edgevlm.reply", HttpReply)  # the request's reply, once queued
 
 
 def _error_response(path: str, err: HttpError) -> web.Response:
