@@ -49,6 +49,9 @@ class CameraFlow:
                  options: OptionStore) -> None:
         self.queue = queue
         self.metrics = metrics
+        self.schemas: dict[str, dict[str, Any] | None] = {}  # camera -> its json_schema
+        for name, cam in config.cameras.items():
+            self.schemas[name] = cam.json_schema
         self._side = side
         self._publish = publish
         self.model_name = model_name
@@ -72,7 +75,8 @@ class CameraFlow:
 
     def submit(self, frame: CameraFrame) -> None:
         """A frame from a camera source (network thread): admit it, then queue it."""
-        request = describe.frame_request(frame.image, frame.prompt, frame.max_tokens)
+        request = describe.frame_request(frame.image, frame.prompt, frame.max_tokens,
+                                         self.schemas.get(frame.camera))
         try:  # the admission every request passes: sizes, pixels, the token budget
             admitted = admit_request(request, len(frame.image) + len(frame.prompt.encode()),
                                      self._side())
@@ -82,8 +86,9 @@ class CameraFlow:
             return
         now = time.monotonic()
 
-        def done(text: str | None, error: WireError | None, metrics: dict[str, float]) -> None:
-            self.described(frame, text, error, metrics)
+        def done(text: str | None, error: WireError | None, metrics: dict[str, float],
+                 value: Any = None) -> None:
+            self.described(frame, text, error, metrics, value)
 
         def skipped(reason: str) -> None:
             self.dropped(frame, reason)
@@ -115,10 +120,10 @@ class CameraFlow:
         self.journal.done(frame.event_id)
 
     def described(self, frame: CameraFrame, text: str | None, error: WireError | None,
-                  metrics: dict[str, float]) -> None:
+                  metrics: dict[str, float], value: Any = None) -> None:
         """Worker: publish the result; a Frigate event's description goes back to Frigate
         (``frigate.write_description``) on the Frigate API thread."""
-        self.result(frame, text, error, metrics)
+        self.result(frame, text, error, metrics, value)
         api, calls = self.frigate_api, self.frigate_calls
         if (api is not None and calls is not None and api.write_description
                 and frame.event_id is not None and error is None and text is not None):
@@ -128,10 +133,11 @@ class CameraFlow:
                             "API queue is full)", event_id)
 
     def result(self, frame: CameraFrame, text: str | None, error: WireError | None,
-               metrics: dict[str, float]) -> None:
-        """The description (or the event's ``failed`` record) and the camera's HA event."""
+               metrics: dict[str, float], value: Any = None) -> None:
+        """The description (or the event's ``failed`` record; ``value``: a JSON answer's
+        value) and the camera's HA event."""
         self.publish_messages(self.sources.result_messages(frame, text, error,
-                                                           self.model_name, metrics))
+                                                           self.model_name, metrics, value))
         if error is None and text is not None:  # the camera's HA event entity
             self._publish(*camera_event(
                 self.sources.option_topic(frame.camera, "event"), "description_ready",

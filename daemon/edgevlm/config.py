@@ -269,6 +269,23 @@ class CameraConfig(_Section):
     prompt: Prompt = "Describe what the {camera} camera sees."
     label_prompts: dict[str, Prompt] = Field(default_factory=dict)
     max_tokens: int = Field(default=64, ge=1, le=4096)
+    json_schema: dict[str, Any] | None = Field(
+        default=None, description="answer as JSON following this schema (docs/mqtt.md, "
+        "Structured answers): the description topic carries it as `value`, and Home "
+        "Assistant gets a sensor per top-level field")
+
+    @field_validator("json_schema")
+    @classmethod
+    def _schema_compiles(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            from .structured import compile_grammar
+            from .wire.errors import InvalidRequest
+
+            try:
+                compile_grammar(value)
+            except InvalidRequest as exc:
+                raise ValueError(exc.message) from None
+        return value
 
 
 class FrigateConfig(_Section):

@@ -160,3 +160,46 @@ def test_a_frame_request_is_admitted_from_its_bytes(demo_engine: Any) -> None:
                        RequestSide(RequestLimits(), preflight_context(demo_engine)))
     assert ok.counts["image"] == 1 and ok.budget.vision_tokens > 0
 
+
+
+DOOR_SCHEMA = {"type": "object", "additionalProperties": False,
+               "required": ["person", "count", "kind"],
+               "properties": {"person": {"type": "boolean"},
+                              "count": {"type": "integer", "minimum": 0, "maximum": 9},
+                              "kind": {"enum": ["nobody", "person", "vehicle"]}}}
+
+
+def test_a_camera_with_a_json_schema_publishes_its_value_and_field_entities(
+        make_config: Callable[..., Config], start_service: Callable[[Config], Service],
+        mqtt_client: Callable[..., MqttTestClient]) -> None:
+    """issue 25: cameras.<name>.json_schema — the description carries the answer as a JSON
+    ``value`` that validates, and Home Assistant discovery has an entity per field, reading
+    ``value`` from the description topic."""
+    import jsonschema
+
+    start_service(make_config(**{"cameras.door.max_tokens": 48,
+                                 "cameras.door.json_schema": DOOR_SCHEMA,
+                                 "homeassistant.discovery": True}))
+    client = mqtt_client()
+    client.sub(f"{ROOT}/door/description", "homeassistant/#")
+    client.pub(f"{ROOT}/door/image", frame(3))
+    (body,) = client.inbox.json(f"{ROOT}/door/description")
+    jsonschema.validate(body["value"], DOOR_SCHEMA)
+    assert json.loads(body["text"]) == body["value"]
+    (discovery,) = client.inbox.json("homeassistant/device/+/config")
+    fields = {c["unique_id"].rsplit("_", 1)[-1]: c for c in discovery["cmps"].values()
+              if "_field_" in c["unique_id"]}
+    assert {k: c["p"] for k, c in fields.items()} == {
+        "person": "binary_sensor", "count": "sensor", "kind": "sensor"}
+    assert fields["count"]["state_topic"] == f"{ROOT}/door/description"
+    assert 'value_json.value["count"]' in fields["count"]["value_template"]
+    assert fields["count"]["state_class"] == "measurement"
+
+
+def test_a_camera_schema_the_engine_cannot_follow_is_a_config_error(
+        make_config: Callable[..., Config]) -> None:
+    from edgevlm.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"cameras\.door\.json_schema.*dependentSchemas"):
+        make_config(**{"cameras.door.json_schema": {"type": "object",
+                                                    "dependentSchemas": {"a": {}}}})

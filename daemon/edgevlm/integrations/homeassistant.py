@@ -70,6 +70,8 @@ class DiscoveryContext:
     cameras: tuple[str, ...]
     camera_switches: bool = True
     removed_cameras: tuple[str, ...] = ()  # discovered before, gone from the config now
+    # camera -> (field, kind) of the top-level fields of its json_schema (schema_fields)
+    camera_fields: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -191,6 +193,46 @@ CAMERA_ENTITIES: tuple[EntityDescription, ...] = (
 )
 
 
+def schema_fields(schema: Mapping[str, Any] | None) -> tuple[tuple[str, str], ...]:
+    """(name, kind) of each top-level property of an object schema that a Home Assistant
+    entity can show: ``binary`` (boolean), ``number`` (integer, number), ``text`` (string,
+    enum); other properties (objects, arrays) stay in the description's attributes."""
+    if not schema or schema.get("type") != "object":
+        return ()
+    out = []
+    for name, spec in (schema.get("properties") or {}).items():
+        spec = spec if isinstance(spec, Mapping) else {}
+        kind = spec.get("type")
+        if kind == "boolean":
+            out.append((str(name), "binary"))
+        elif kind in ("integer", "number"):
+            out.append((str(name), "number"))
+        elif kind == "string" or "enum" in spec:
+            out.append((str(name), "text"))
+    return tuple(out)
+
+
+def _field_entity(name: str, kind: str) -> EntityDescription:
+    """The entity of one JSON field of a camera's answer (``value`` on its description
+    topic); a skipped/failed record, which has no ``value``, keeps the entity's state."""
+    ref = f"value_json.value[{json.dumps(name)}]"
+    keep = "value_json.value is not defined"
+    title = "{title} " + name.replace("_", " ")
+    key = f"field_{slug(name)}"
+    topic = {"state_topic": "camera/{cam}/description"}
+    if kind == "binary":
+        return EntityDescription(key, "binary_sensor", title, {
+            **topic, "payload_on": "ON", "payload_off": "OFF",
+            "value_template": f"{{{{ ((this.state | upper) if {_HAS_STATE} else 'None') "
+                              f"if {keep} else ('ON' if {ref} else 'OFF') }}}}"},
+            camera_availability=True)
+    options: dict[str, Any] = {**topic, "value_template": (
+        f"{{{{ (this.state if {_HAS_STATE} else 'None') if {keep} else {ref} }}}}")}
+    if kind == "number":
+        options["state_class"] = "measurement"
+    return EntityDescription(key, "sensor", title, options, camera_availability=True)
+
+
 def board_id() -> str:
     """A stable id of this machine: the hashed machine-id (never the raw one), else the MAC."""
     for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
@@ -223,7 +265,9 @@ def discovery_context(config: Any, version: str, model_name: str,
     return DiscoveryContext(
         prefix=config.homeassistant.prefix, form=config.homeassistant.form, base_topic=base,
         node_id=node, device_id=make_device_id(board or board_id(), base, node),
-        version=version, model_name=model_name, cameras=tuple(sorted(config.cameras)))
+        version=version, model_name=model_name, cameras=tuple(sorted(config.cameras)),
+        camera_fields={cam: fields for cam, c in config.cameras.items()
+                       if (fields := schema_fields(getattr(c, "json_schema", None)))})
 
 
 def _root(ctx: DiscoveryContext) -> str:
@@ -264,7 +308,10 @@ def _entity_config(ctx: DiscoveryContext, desc: EntityDescription, cam: str | No
 
 def _camera_entities(ctx: DiscoveryContext, cam: str
                      ) -> list[tuple[EntityDescription, str | None]]:
-    return [(d, cam) for d in CAMERA_ENTITIES if d.platform != "switch" or ctx.camera_switches]
+    fixed: list[tuple[EntityDescription, str | None]] = [
+        (d, cam) for d in CAMERA_ENTITIES if d.platform != "switch" or ctx.camera_switches]
+    return fixed + [(_field_entity(name, kind), cam)
+                    for name, kind in ctx.camera_fields.get(cam, ())]
 
 
 def _entities(ctx: DiscoveryContext) -> list[tuple[EntityDescription, str | None]]:

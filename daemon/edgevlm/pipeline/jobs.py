@@ -22,7 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..wire.errors import WireError
 from ..wire.protocol import Request, Response, StreamChunk
@@ -66,8 +66,9 @@ class RequestJob:
         return self.admitted.request
 
 
-# (description or None, its wire error or None, the answer's metrics) -> publish the result
-FrameDone = Callable[[str | None, WireError | None, dict[str, float]], None]
+# (description or None, its wire error or None, the answer's metrics, its JSON value or
+# None) -> publish the result
+FrameDone = Callable[[str | None, WireError | None, dict[str, float], Any], None]
 
 
 @dataclass

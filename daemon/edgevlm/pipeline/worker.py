@@ -238,10 +238,11 @@ class Worker:
         finish = "stop"
         error: WireError | None = None
         metrics: dict[str, float] = {"queue_ms": queue_ms}
+        value = None
         try:
             result = self._generate(job, None)
             data = job.verb.answer(result, self.engine.name, queue_ms, None)
-            text, finish = data.text, data.finish_reason
+            text, finish, value = data.text, data.finish_reason, data.parsed
             metrics = data.metrics.model_dump()
             self.metrics.finished(None, data.metrics, data.usage.completion_tokens,
                                   prompt_tokens=data.usage.prompt_tokens,
@@ -252,7 +253,7 @@ class Worker:
                 log.error("camera %s: describing failed", job.source, exc_info=exc)
             self.metrics.finished(error.type)
         try:
-            job.on_done(text, error, metrics)
+            job.on_done(text, error, metrics, value)
         except Exception:
             log.exception("camera %s: publishing the result failed", job.source)
         if text is not None and self.on_answer is not None:

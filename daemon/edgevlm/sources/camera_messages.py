@@ -66,8 +66,8 @@ def image_kind(payload: bytes) -> str | None:
 
 
 def result_messages(topics: Topics, frame: CameraFrame, text: str | None,
-                    error: WireError | None, model: str, metrics: Mapping[str, float]
-                    ) -> list[Message]:
+                    error: WireError | None, model: str, metrics: Mapping[str, float],
+                    value: Any = None) -> list[Message]:
     """Retained description (+ Frigate's ``type/id/description`` keys for an event) and
     the retained snapshot of the analysed frame (always JPEG, as its Home Assistant image
     entity says). An error on a plain frame publishes nothing (logged): the last good
@@ -85,6 +85,8 @@ def result_messages(topics: Topics, frame: CameraFrame, text: str | None,
         "metrics": {k: round(float(v), 2) for k, v in metrics.items()},
         "at": datetime.now(UTC).isoformat(timespec="milliseconds"),
     }
+    if value is not None:  # the camera's json_schema: the answer as JSON
+        body["value"] = value
     if frame.event_id is not None:
         body.update({"type": "description", "id": frame.event_id, "description": text})
     return [(topics.camera(frame.camera, "description"), json.dumps(body).encode(), True),

@@ -335,11 +335,12 @@ class CameraSources:
     # ------------------------------------------------------------------ outgoing
 
     def result_messages(self, frame: CameraFrame, text: str | None, error: WireError | None,
-                        model: str, metrics: Mapping[str, float]) -> list[Message]:
+                        model: str, metrics: Mapping[str, float], value: Any = None
+                        ) -> list[Message]:
         """The retained description and snapshot of ``frame``'s answer, or a Frigate event's
         ``failed`` record (:func:`camera_messages.result_messages`)."""
         return camera_messages.result_messages(self._topics, frame, text, error, model,
-                                               metrics)
+                                               metrics, value)
 
     def record_messages(self, camera: str, label: str | None, event_id: str, status: str,
                         reason: str, detail: str) -> list[Message]:

@@ -9,7 +9,7 @@ pipeline's (:func:`edgevlm.pipeline.admission.admit`); its answer
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..pipeline.admission import Admitted, RequestSide
 from ..pipeline.admission import admit as admit_payload
@@ -36,12 +36,13 @@ def admit(payload: bytes, side: RequestSide) -> Admitted:
     return admit_payload(payload, side)
 
 
-def frame_request(image: bytes, prompt: str, max_tokens: int) -> Request:
+def frame_request(image: bytes, prompt: str, max_tokens: int,
+                  schema: dict[str, Any] | None = None) -> Request:
     """A camera frame as a describe request: the image bytes as they came (no base64), then
-    the prompt."""
+    the prompt; ``schema``: the camera's ``json_schema``."""
     return Request(messages=[Message(role="user", content=[
         ImagePart(type="image", image=InlineBytes.of_bytes(image)),
-        TextPart(type="text", text=prompt)])], max_tokens=max_tokens)
+        TextPart(type="text", text=prompt)])], max_tokens=max_tokens, schema_=schema)
 
 
 def answer(result: GenerationResult, model: str, queue_ms: float,
