@@ -165,6 +165,10 @@ void edgevlm_session_set_seed(edgevlm_session *session, uint64_t seed);
 void edgevlm_session_reset(edgevlm_session *session);
 /* Tokens in the KV cache. */
 int32_t edgevlm_session_n_past(const edgevlm_session *session);
+/* Forgets the cached tokens from sequence index n_past on: the next prefill or decode
+ * continues there (scoring several continuations of one prompt). EDGEVLM_ERR_ARGUMENT unless
+ * 0 <= n_past <= edgevlm_session_n_past(session). */
+edgevlm_status edgevlm_session_rollback(edgevlm_session *session, int32_t n_past);
 
 /* ---- vision --------------------------------------------------------------------------- */
 

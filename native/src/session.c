@@ -137,6 +137,15 @@ int32_t edgevlm_session_n_past(const edgevlm_session *s) {
     return s ? s->n_past : 0;
 }
 
+edgevlm_status edgevlm_session_rollback(edgevlm_session *s, int32_t n_past) {
+    if (!s) return EDGEVLM_ERR_ARGUMENT;
+    if (n_past < 0 || n_past > s->n_past)
+        return ev_fail(s, EDGEVLM_ERR_ARGUMENT, "rollback to %d: the cache holds %d tokens",
+                       n_past, s->n_past);
+    s->n_past = n_past;  /* the rows past it are overwritten by the next prefill or decode */
+    return EDGEVLM_OK;
+}
+
 edgevlm_status edgevlm_encode_vision(edgevlm_session *s, const float *pixel_values,
                                      int64_t n_patches, int32_t gt, int32_t gh, int32_t gw,
                                      float *out_embeds, float *out_deepstack, float *out_vit) {

@@ -144,3 +144,23 @@ def test_unsupported_features_over_openai_are_a_400(http_service: Any,
                                                                     "schema": schema}})
     assert "not supported" in info.value.body["message"]  # type: ignore[index]
     assert info.value.body["param"] is None  # type: ignore[index]
+
+
+def test_choices_over_mqtt_and_openai(http_service: Any, mqtt_client: Any) -> None:
+    service = http_service()
+    kinds = ["nobody", "a person", "a vehicle"]
+    answer = ask_mqtt(service, mqtt_client, id="pick", choices=kinds)
+    assert answer["status"] == "ok", answer
+    data = answer["data"]
+    assert data["text"] in kinds and data["text"] == data["choices"][0]["text"]
+    assert sorted(c["text"] for c in data["choices"]) == sorted(kinds)
+    assert sum(c["probability"] for c in data["choices"]) == pytest.approx(1.0, abs=1e-4)
+    api = openai.OpenAI(base_url=service.http_url + "/v1", api_key="x", max_retries=0)
+    over_http = api.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "Yes or no?"}],
+        extra_body={"choices": ["yes", "no"]})
+    ext = over_http.model_extra["edgevlm"]  # type: ignore[index]
+    assert over_http.choices[0].message.content == ext["choices"][0]["text"]
+    bad = ask_mqtt(service, mqtt_client, id="both", choices=["a", "b"], regex="a|b")
+    assert bad["status"] == "error" and "one of schema, regex and choices" in \
+        bad["error"]["message"]

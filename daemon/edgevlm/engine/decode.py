@@ -32,6 +32,7 @@ class GenerationResult:
     cache: list[tuple[bool, str]] = field(default_factory=list)  # (hit, key) per image/video
     logits: npt.NDArray[np.float32] | None = None   # [steps, vocab] when requested
     parsed: Any = None                # a schema answer's JSON value
+    choices: list[Any] | None = None  # with choices: engine.choices.ChoiceScore, best first
 
 
 class Constraint(Protocol):

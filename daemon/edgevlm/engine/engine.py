@@ -22,7 +22,7 @@ from typing import Any
 from PIL import Image
 
 from ..structured import Grammar, TokenConstraint, compile_grammar, parsed
-from ..tokenizer import ChatTokens, tokenize_chat
+from ..tokenizer import IM_END, ChatTokens, tokenize_chat
 from ..vision.decode import MediaPolicy, decode_for_resize
 from ..vision.prepare import FeatureCache, ModelFacts, Preparation, PreparedMedia, prepare_media
 from ..vision.preprocess import PixelInput, image_planes, planes_to_pixels
@@ -30,6 +30,7 @@ from ..vision.sizing import media_bounds, pixel_bounds, resize_rule
 from ..wire.context import check_context
 from ..wire.features import VisionFeatures
 from ..wire.protocol import Request, parse_request
+from . import choices
 from .decode import GenerationResult, Sampling, decode
 from .model import (
     ModelFiles,
@@ -245,6 +246,9 @@ class Engine:
                               ", ".join(f"{p.path} {m.features.n_tokens}"
                                         for p, m in zip(prepared, media, strict=True))
                               or "none")
+            if request.choices is not None:
+                return self._choose(request, prompt, media, prepared, t_start, media_ms,
+                                    encode_ms)
             done = decode(self.session, prompt, self._sampling(request), request.max_tokens,
                           self.stop_checker(request.stop), on_text, want_logits,
                           self._cancel.is_set, constraint)
@@ -263,6 +267,30 @@ class Engine:
             deepstack=all(m.features.has_deepstack for m in media) if media else True,
             cache=[(p.cache_hit, p.cache_key) for p in prepared if p.cache_key],
             logits=done.logits, parsed=parsed(grammar, done.stopper.text))
+
+    def _choose(self, request: Request, prompt: PromptInputs, media: Sequence[PromptMedia],
+                prepared: Sequence[PreparedMedia], t_start: float, media_ms: float,
+                encode_ms: float) -> GenerationResult:
+        """The most probable of ``request.choices`` (:mod:`.choices`); the lock is held."""
+        assert request.choices is not None
+        self.session.reset()
+        t_prefill = time.perf_counter()
+        first = self.session.prefill(prompt)[0]
+        prefill_ms = (time.perf_counter() - t_prefill) * 1e3
+        candidates = [(c, self.tokenizer.encode_text(c)) for c in request.choices]
+        scored = choices.score(self.session, prompt, first, candidates,
+                               self.tokenizer.control_id(IM_END))
+        total_ms = (time.perf_counter() - t_start) * 1e3 + media_ms
+        best = scored[0]
+        return GenerationResult(
+            text=best.text, tokens=list(best.tokens), finish_reason="stop",
+            prompt_tokens=len(prompt.tokens), vision_tokens=prompt.n_vision,
+            metrics={"media_ms": media_ms, "encode_ms": encode_ms, "prefill_ms": prefill_ms,
+                     "ttft_ms": total_ms, "tpot_ms": 0.0, "total_ms": total_ms,
+                     "completion_tokens": float(len(best.tokens))},
+            deepstack=all(m.features.has_deepstack for m in media) if media else True,
+            cache=[(p.cache_hit, p.cache_key) for p in prepared if p.cache_key],
+            choices=scored)
 
     def _sampling(self, request: Request) -> Sampling:
         d = self.sampling

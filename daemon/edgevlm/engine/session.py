@@ -124,6 +124,30 @@ class NativeSession:
             n_logits))
         return logits
 
+    @property
+    def n_past(self) -> int:
+        """Tokens in the KV cache."""
+        return int(lib.edgevlm_session_n_past(self.handle))
+
+    def rollback(self, n_past: int) -> None:
+        """Forget the cached tokens from ``n_past`` on (a prompt's state kept for the next
+        continuation)."""
+        self._check(lib.edgevlm_session_rollback(self.handle, n_past))
+
+    def append_text(self, tokens: npt.NDArray[np.int32], first_position: int) -> F32:
+        """Text tokens after what the cache holds, at MRoPE positions ``first_position`` on
+        (all three axes alike); returns the logits after each of them ``[n, vocab]``."""
+        n = len(tokens)
+        ids = np.ascontiguousarray(tokens, dtype=np.int32)
+        positions = np.ascontiguousarray(
+            np.broadcast_to(np.arange(first_position, first_position + n, dtype=np.int32),
+                            (3, n)))
+        logits = np.empty((n, self.n_vocab), dtype=np.float32)
+        self._check(lib.edgevlm_prefill(
+            self.handle, _ptr("int32_t *", ids), n, _ptr("int32_t *", positions), ffi.NULL,
+            ffi.NULL, 0, ffi.NULL, 0, _ptr("float *", logits), n))
+        return logits
+
     def decode(self, token: int, position: int, logits: F32) -> None:
         self._check(lib.edgevlm_decode(self.handle, token, position, _ptr("float *", logits)))
 

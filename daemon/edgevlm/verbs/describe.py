@@ -16,6 +16,7 @@ from ..pipeline.admission import admit as admit_payload
 from ..wire.protocol import (
     AnswerData,
     CacheInfo,
+    ChoiceInfo,
     ImagePart,
     InlineBytes,
     Message,
@@ -60,7 +61,10 @@ def answer(result: GenerationResult, model: str, queue_ms: float,
                                   "total_ms")}),
         cache=[CacheInfo(hit=hit, key=ref(key) if ref is not None else key)
                for hit, key in result.cache],
-        model=model, deepstack=result.deepstack, parsed=result.parsed)
+        model=model, deepstack=result.deepstack, parsed=result.parsed,
+        choices=[ChoiceInfo(text=c.text, probability=round(c.probability, 6),
+                            logprob=round(c.logprob, 4)) for c in result.choices]
+        if result.choices is not None else None)
 
 
 VERB = Verb(NAME, admit, answer)

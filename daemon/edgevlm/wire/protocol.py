@@ -50,6 +50,8 @@ __all__ = [
 PROTOCOL_VERSION: Literal[1] = 1
 MAX_ID_LENGTH = 128
 MAX_STOP_STRINGS = 8
+MAX_CHOICES = 32
+MAX_CHOICE_CHARS = 256
 
 
 # --------------------------------------------------------------------------- messages
@@ -104,6 +106,30 @@ class Request(StrictModel):
         "any JSON object); decoding is constrained to it, the answer's `parsed` is the value")
     regex: str | None = Field(default=None, max_length=4096,
                               description="a regular expression the whole answer matches")
+    choices: list[UnicodeText] | None = Field(
+        default=None, min_length=2, max_length=MAX_CHOICES, description="the answer is the "
+        "choice the model finds most probable after the prompt (each scored whole, no "
+        "sampling); the answer's `choices` gives every one's probability")
+
+    @field_validator("choices")
+    @classmethod
+    def _choices_short(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            if any(not c or len(c) > MAX_CHOICE_CHARS for c in value):
+                raise ValueError(f"each choice must be 1-{MAX_CHOICE_CHARS} characters")
+            if len(set(value)) != len(value):
+                raise ValueError("choices must be different from each other")
+        return value
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> Request:
+        shapes = [n for n, v in (("schema", self.schema_), ("regex", self.regex),
+                                 ("choices", self.choices)) if v is not None]
+        if len(shapes) > 1:
+            raise ValueError(f"send one of schema, regex and choices, not {' and '.join(shapes)}")
+        if self.choices is not None and self.stream:
+            raise ValueError("choices answer at once: leave stream out")
+        return self
 
     @field_validator("stop", mode="before")
     @classmethod
@@ -152,6 +178,12 @@ class CacheInfo(StrictModel):
     key: str
 
 
+class ChoiceInfo(StrictModel):
+    text: str
+    probability: float
+    logprob: float
+
+
 class AnswerData(StrictModel):
     text: str
     finish_reason: Literal["stop", "length", "cancelled"]
@@ -162,6 +194,8 @@ class AnswerData(StrictModel):
     deepstack: bool = True
     parsed: Any = Field(default=None, description="with schema: the answer as a JSON value "
                         "(absent when max_tokens cut it short)")
+    choices: list[ChoiceInfo] | None = Field(default=None, description="with choices: every "
+                                             "choice and its probability, best first")
 
 
 ErrorType = Literal["invalid_request", "mm_limit_exceeded", "unsupported_modality",

@@ -27,7 +27,7 @@ SAMPLING = ("temperature", "top_p", "seed", "top_k", "repetition_penalty",
             "mm_processor_kwargs")
 ACCEPTED = frozenset({"model", "messages", "max_tokens", "max_completion_tokens", "stop", "n",
                       "stream", "stream_options", "user", "frequency_penalty",
-                      "presence_penalty", "response_format", *SAMPLING})
+                      "presence_penalty", "response_format", "choices", *SAMPLING})
 OWN_PARTS = frozenset({"text", "image", "video_frames", "vision_tokens", "image_ref"})
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
@@ -99,6 +99,8 @@ def chat_request(body: dict[str, Any], default_max_tokens: int) -> dict[str, Any
     if body.get("stop") is not None:
         request["stop"] = body["stop"]
     request["stream"] = bool(body.get("stream", False))
+    if body.get("choices") is not None:  # edgevlm's extension: the model scores each
+        request["choices"] = body["choices"]
     schema = _response_schema(body.get("response_format"))
     if schema is not None:
         request["schema"] = schema
@@ -149,7 +151,8 @@ def extension(data: dict[str, Any]) -> dict[str, Any]:
     """edgevlm's own answer fields: per-stage metrics, cache references, vision tokens."""
     return {"metrics": data["metrics"], "cache": data.get("cache", []),
             "vision_tokens": data["usage"]["vision_tokens"],
-            "finish_reason": data["finish_reason"], "parsed": data.get("parsed")}
+            "finish_reason": data["finish_reason"], "parsed": data.get("parsed"),
+            "choices": data.get("choices")}
 
 
 def completion(data: dict[str, Any], model: str, cid: str) -> dict[str, Any]:

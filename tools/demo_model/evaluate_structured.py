@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Structured answers on the demo model's held-out scenes (issue 25): free text vs a JSON
+schema vs scored choices, on the same questions.
+
+For the held-out single-image items whose answer is a closed set (``exists``, ``count``,
+``count_kind``, ``colour``, ``where``), greedy decoding answers each question three ways on
+the shipped F32 model:
+
+* free text, as ``evaluate.py`` scores it (exactly right and stopped);
+* a JSON schema (``{"present": boolean}``, ``{"count": integer 0-9}``, ``{"colour": enum}``,
+  ``{"where": enum}``): right when the parsed value is the answer; every answer must parse and
+  validate (``jsonschema``);
+* ``choices`` (``yes``/``no``, ``0``-``9``, the colours, the slots): right when the most
+  probable choice is the answer.
+
+Usage: ``python tools/demo_model/evaluate_structured.py [--items 200] [--json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from tools.demo_model.scenes import COLOURS, SLOTS, TEST_SEED, Item, make_item  # noqa: E402
+
+TASKS = ("exists", "count", "count_kind", "colour", "where")
+DIGITS = [str(n) for n in range(10)]
+
+
+def shape(item: Item) -> tuple[str, dict[str, Any], list[str]]:
+    """(the JSON key, the schema, the choices) of an item's question."""
+    if item.task == "exists":
+        key, spec, choices = "present", {"type": "boolean"}, ["yes", "no"]
+    elif item.task in ("count", "count_kind"):
+        key, spec, choices = "count", {"type": "integer", "minimum": 0, "maximum": 9}, DIGITS
+    elif item.task == "colour":
+        key, spec, choices = "colour", {"enum": list(COLOURS)}, list(COLOURS)
+    else:
+        key, spec, choices = "where", {"enum": list(SLOTS)}, list(SLOTS)
+    schema = {"type": "object", "properties": {key: spec}, "required": [key],
+              "additionalProperties": False}
+    return key, schema, choices
+
+
+def as_answer(item: Item, value: Any) -> str:
+    if item.task == "exists":
+        return "yes" if value is True else "no" if value is False else "?"
+    return str(value)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--items", type=int, default=200, help="items per run (before the "
+                        "task filter draws more)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    import jsonschema
+
+    from edgevlm.engine import Engine
+    from edgevlm.models import demo_model_dir
+
+    engine = Engine.load(demo_model_dir(), threads=2, context=1024)
+    items: list[Item] = []
+    index = 0
+    while len(items) < args.items:
+        item = make_item(TEST_SEED, index)
+        index += 1
+        if item.task in TASKS and item.media == "image":
+            items.append(item)
+    right = {"text": 0, "schema": 0, "choices": 0}
+    valid = 0
+    per_task: dict[str, dict[str, int]] = {}
+    for item in items:
+        key, schema, choices = shape(item)
+        messages = item.edgevlm_messages()
+        free = engine.generate(messages, max_tokens=32, temperature=0.0)
+        shaped = engine.generate(messages, max_tokens=32, temperature=0.0, schema=schema)
+        picked = engine.generate(messages, choices=choices)
+        value = shaped.parsed
+        try:
+            jsonschema.validate(value, schema)
+            valid += 1
+        except jsonschema.ValidationError:
+            value = None
+        outcome = {"text": free.finish_reason == "stop" and free.text == item.answer,
+                   "schema": value is not None and as_answer(item, value[key]) == item.answer,
+                   "choices": picked.text == item.answer}
+        task = per_task.setdefault(item.task, {"items": 0, "text": 0, "schema": 0,
+                                               "choices": 0})
+        task["items"] += 1
+        for way, ok in outcome.items():
+            right[way] += ok
+            task[way] += ok
+    n = len(items)
+    report = {"items": n, "seed": TEST_SEED, "valid_json": valid / n,
+              "accuracy": {way: right[way] / n for way in right}, "per_task": per_task}
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    print(f"{n} held-out items ({', '.join(TASKS)}); schema answers that parse and validate: "
+          f"{valid}/{n}")
+    for way in ("text", "schema", "choices"):
+        print(f"  {way:8s} {right[way]:4d}/{n} = {right[way] / n:.1%}")
+    for task, counts in sorted(per_task.items()):
+        print(f"    {task:11s} " + "  ".join(f"{w} {counts[w]}/{counts['items']}"
+                                            for w in ("text", "schema", "choices")))
+
+
+if __name__ == "__main__":
+    main()
