@@ -50,8 +50,10 @@ class CameraFlow:
         self.queue = queue
         self.metrics = metrics
         self.schemas: dict[str, dict[str, Any] | None] = {}  # camera -> its json_schema
+        self.choices: dict[str, list[str] | None] = {}  # camera -> its choices
         for name, cam in config.cameras.items():
             self.schemas[name] = cam.json_schema
+            self.choices[name] = cam.choices
         self._side = side
         self._publish = publish
         self.model_name = model_name
@@ -76,7 +78,8 @@ class CameraFlow:
     def submit(self, frame: CameraFrame) -> None:
         """A frame from a camera source (network thread): admit it, then queue it."""
         request = describe.frame_request(frame.image, frame.prompt, frame.max_tokens,
-                                         self.schemas.get(frame.camera))
+                                         self.schemas.get(frame.camera),
+                                         self.choices.get(frame.camera))
         try:  # the admission every request passes: sizes, pixels, the token budget
             admitted = admit_request(request, len(frame.image) + len(frame.prompt.encode()),
                                      self._side())

@@ -274,6 +274,17 @@ class CameraConfig(_Section):
         "Structured answers): the description topic carries it as `value`, and Home "
         "Assistant gets a sensor per top-level field")
 
+    choices: list[str] | None = Field(
+        default=None, min_length=2, max_length=32, description="the description is the "
+        "choice the model finds most probable (docs/mqtt.md, Choices), e.g. [nobody, person, "
+        "vehicle]")
+
+    @model_validator(mode="after")
+    def _one_answer_shape(self) -> CameraConfig:
+        if self.json_schema is not None and self.choices is not None:
+            raise ValueError("set json_schema or choices, not both")
+        return self
+
     @field_validator("json_schema")
     @classmethod
     def _schema_compiles(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -203,3 +203,15 @@ def test_a_camera_schema_the_engine_cannot_follow_is_a_config_error(
     with pytest.raises(ConfigError, match=r"cameras\.door\.json_schema.*dependentSchemas"):
         make_config(**{"cameras.door.json_schema": {"type": "object",
                                                     "dependentSchemas": {"a": {}}}})
+
+
+def test_a_camera_with_choices_describes_with_one_of_them(
+        make_config: Callable[..., Config], start_service: Callable[[Config], Service],
+        mqtt_client: Callable[..., MqttTestClient]) -> None:
+    kinds = ["nobody", "a person", "a car"]
+    start_service(make_config(**{"cameras.door.choices": kinds}))
+    client = mqtt_client()
+    client.sub(f"{ROOT}/door/description")
+    client.pub(f"{ROOT}/door/image", frame(4))
+    (body,) = client.inbox.json(f"{ROOT}/door/description")
+    assert body["text"] in kinds

@@ -38,12 +38,14 @@ def admit(payload: bytes, side: RequestSide) -> Admitted:
 
 
 def frame_request(image: bytes, prompt: str, max_tokens: int,
-                  schema: dict[str, Any] | None = None) -> Request:
+                  schema: dict[str, Any] | None = None,
+                  choices: list[str] | None = None) -> Request:
     """A camera frame as a describe request: the image bytes as they came (no base64), then
-    the prompt; ``schema``: the camera's ``json_schema``."""
+    the prompt; ``schema``/``choices``: the camera's ``json_schema``/``choices``."""
     return Request(messages=[Message(role="user", content=[
         ImagePart(type="image", image=InlineBytes.of_bytes(image)),
-        TextPart(type="text", text=prompt)])], max_tokens=max_tokens, schema_=schema)
+        TextPart(type="text", text=prompt)])], max_tokens=max_tokens, schema_=schema,
+                   choices=choices)
 
 
 def answer(result: GenerationResult, model: str, queue_ms: float,
