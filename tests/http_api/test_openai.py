@@ -325,3 +325,15 @@ def test_metrics_parse_as_prometheus_with_vllm_names(http_service: Any) -> None:
     (generated,) = families["vllm:generation_tokens"].samples
     assert generated.value == answer.usage.completion_tokens  # type: ignore[union-attr]
     assert families["vllm:num_requests_waiting"].samples[0].value == 0
+
+
+def test_video_frames_and_vision_tokens_parts_pass_through(http_service: Any) -> None:
+    """edgevlm's own parts in an OpenAI request: a clip as frames, answered like MQTT's."""
+    service = http_service()
+    frames = [data_url(image_bytes(64, 64, seed=s)) for s in range(4)]
+    answer = client(service).chat.completions.create(model="m", max_tokens=4, messages=[{
+        "role": "user", "content": [{"type": "video_frames", "video_frames": frames,
+                                     "fps": 2.0},
+                                    {"type": "text", "text": "What moved?"}]}])
+    extension = answer.model_extra["edgevlm"]  # type: ignore[index]
+    assert answer.choices[0].message.content is not None and extension["vision_tokens"] > 0
