@@ -6,7 +6,6 @@ and validates (``jsonschema``), whatever the random model would rather say."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import jsonschema
