@@ -337,3 +337,33 @@ def test_video_frames_and_vision_tokens_parts_pass_through(http_service: Any) ->
                                     {"type": "text", "text": "What moved?"}]}])
     extension = answer.model_extra["edgevlm"]  # type: ignore[index]
     assert answer.choices[0].message.content is not None and extension["vision_tokens"] > 0
+
+
+@pytest.mark.parametrize(("body", "status", "kind"), [
+    (b"{not json", 400, "invalid_request"),
+    (b"[" * 100_000 + b"]" * 100_000, 400, "invalid_request"),
+    (b"[1, 2]", 400, "invalid_request"),
+    (b'{"messages": []}', 400, "invalid_request_error"),
+    (b'{"model": "m", "messages": [{"role": "tool", "content": "x"}]}', 400,
+     "invalid_request_error"),
+])
+def test_hostile_bodies_get_a_clear_400(http_service: Any, body: bytes, status: int,
+                                        kind: str) -> None:
+    service = http_service()
+    request = urllib.request.Request(service.http_url + "/v1/chat/completions", body,
+                                     {"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(request, timeout=30)
+    assert info.value.code == status
+    assert json.loads(info.value.read())["error"]["type"] == kind
+    assert client(service).models.list().data  # the server carries on
+
+
+def test_a_body_over_the_payload_limit_is_413_before_it_is_read(http_service: Any) -> None:
+    service = http_service({"limits.max_payload_bytes": 100_000})
+    request = urllib.request.Request(service.http_url + "/api/generate", b"x" * 200_000,
+                                     {"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(request, timeout=30)
+    assert info.value.code == 413
+    assert "limits.max_payload_bytes" in json.loads(info.value.read())["error"]

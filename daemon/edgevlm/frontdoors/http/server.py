@@ -178,8 +178,11 @@ class HttpFrontDoor:
         raw = await request.read()
         try:
             body = json.loads(raw)
-        except ValueError as exc:
+        except ValueError as exc:  # not JSON, not UTF-8, an int of > 4300 digits
             raise HttpError(400, "invalid_request", f"the body is not JSON ({exc})") from None
+        except RecursionError:
+            raise HttpError(400, "invalid_request", "the body is nested too deeply to "
+                            "parse; send a JSON object with 'messages'") from None
         if not isinstance(body, dict):
             raise HttpError(400, "invalid_request", "the body must be a JSON object")
         return body, len(raw)
