@@ -43,6 +43,7 @@ from tests.reliability.secure_broker import (
 from tests.unit.test_announce import find, txt
 
 BASE = f"edgevlm/{NODE}"
+HTTP_KEY = "h77p-Api-K3y-0123456789abcdef"
 
 
 def secret_forms(secret: bytes, user: bytes | None = None) -> list[bytes]:
@@ -84,10 +85,12 @@ def test_no_secret_in_logs_mqtt_messages_metrics_or_zeroconf(pki: Pki, tmp_path:
         "mqtt password": secret_forms(DAEMON_PASSWORD.encode(), DAEMON_USER.encode()),
         "client key path": [str(pki.key("client")).encode()],
         "client key": [chunk.encode() for chunk in re.findall(r".{16}", key_body)],
+        "http api key": secret_forms(HTTP_KEY.encode()),
     }
     (tmp_path / "secrets.yaml").write_text(
         f"mqtt_password: {json.dumps(DAEMON_PASSWORD)}\n"
-        f"client_key: {json.dumps(str(pki.key('client')))}\n")
+        f"client_key: {json.dumps(str(pki.key('client')))}\n"
+        f"http_key: {json.dumps(HTTP_KEY)}\n")
     config = tmp_path / "edgevlm.yaml"
     config.write_text(f"""\
 mqtt:
@@ -106,6 +109,7 @@ mqtt:
 model: {{threads: 1}}
 homeassistant: {{discovery: true}}
 zeroconf: {{enabled: true, browse_broker: false}}
+http: {{enabled: true, port: 0, api_key: !secret http_key}}
 cameras:
   porch: {{prompt: "Who is at the {{camera}} door?"}}
 """)
@@ -123,6 +127,7 @@ cameras:
         asker = connect_tls_client(broker, pki)
         asker.sub(REPLY)
         ask(asker, "before-restart", ok=True)
+        use_http(log_path)
         asker.pub(f"{BASE}/request/describe", b"{not json", properties=v5_properties(REPLY))
         asker.inbox.json(REPLY, where=lambda a: a.get("status") == "error")
         announced = find(NODE)
@@ -159,7 +164,8 @@ cameras:
     assert info["config"]["mqtt"]["tls"]["key"] == "***"
     assert any(t.startswith("homeassistant/") for t in published), published
     assert f"{BASE}/bridge/health" in published and f"{BASE}/camera/porch/state" in published
-    assert txt(announced)["id"] == NODE
+    assert txt(announced)["id"] == NODE and txt(announced)["http_key"] == "1"
+    assert info["config"]["http"]["api_key"] == "***"
     log = log_path.read_text(errors="replace")
     assert "Sending CONNECT" in log, "the log is at DEBUG, paho's packets included"
 
@@ -173,6 +179,25 @@ cameras:
         if found:
             leaks[f"MQTT {message.topic}"] = found
     assert not any(leaks.values()), {where: names for where, names in leaks.items() if names}
+
+
+def use_http(log_path: Path) -> None:
+    """A request with the API key and one with a wrong key, on the port the log names."""
+    import urllib.error
+    import urllib.request
+
+    port = int(re.search(rb"OpenAI and Ollama APIs on http://[^:]+:(\d+)",
+                         log_path.read_bytes()).group(1))  # type: ignore[union-attr]
+    url = f"http://127.0.0.1:{port}/v1/models"
+    good = urllib.request.Request(url, headers={"Authorization": f"Bearer {HTTP_KEY}"})
+    with urllib.request.urlopen(good, timeout=WAIT_S) as response:
+        assert response.status == 200
+    bad = urllib.request.Request(url, headers={"Authorization": "Bearer wrong-key-0123456789"})
+    try:
+        urllib.request.urlopen(bad, timeout=WAIT_S)
+        raise AssertionError("a wrong key was accepted")
+    except urllib.error.HTTPError as err:
+        assert err.code == 401
 
 
 def ask(client, rid: str, ok: bool) -> None:
