@@ -367,3 +367,26 @@ def test_a_body_over_the_payload_limit_is_413_before_it_is_read(http_service: An
         urllib.request.urlopen(request, timeout=30)
     assert info.value.code == 413
     assert "limits.max_payload_bytes" in json.loads(info.value.read())["error"]
+
+
+def test_https_with_the_configured_certificate(make_service: Any, tmp_path: Any) -> None:
+    """http.cert + http.key: the API over TLS, checked against the test CA by the openai
+    client (httpx)."""
+    import ssl
+
+    import httpx
+
+    from tests.reliability.secure_broker import Pki
+
+    pki = Pki.make(tmp_path / "pki")
+    service = make_service({"http.enabled": True, "http.port": 0,
+                            "http.cert": str(pki.cert("server")),
+                            "http.key": str(pki.key("server"))})
+    api = openai.OpenAI(base_url=f"https://127.0.0.1:{service.http.port}/v1", api_key="x",
+                        max_retries=0, http_client=httpx.Client(verify=ssl.create_default_context(
+                            cafile=str(pki.cert("ca")))))
+    assert api.models.list().data
+    plain = openai.OpenAI(base_url=f"http://127.0.0.1:{service.http.port}/v1", api_key="x",
+                          max_retries=0, timeout=10)
+    with pytest.raises(openai.APIConnectionError):
+        plain.models.list()  # no plain HTTP on a TLS port
