@@ -16,6 +16,7 @@ import pytest
 from edgevlm.config import ConfigError, validate_config
 from tests.helpers import data_url, image_bytes, text, user_request
 from tests.http_api.conftest import API_KEY
+from tests.mqtt.conftest import wait_until
 
 QUESTION = "What is in the picture?"
 
@@ -153,8 +154,10 @@ def test_a_full_queue_is_429_with_retry_after(http_service: Any, monkeypatch: An
     import concurrent.futures
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        first = [pool.submit(post) for _ in range(2)]  # one running, one waiting
-        time.sleep(0.5)
+        first = [pool.submit(post)]  # running (the worker sleeps 1.5 s before it)
+        wait_until(lambda: service.worker.running_since is not None)
+        first.append(pool.submit(post))  # waiting: the queue holds one
+        wait_until(lambda: len(service.queue) == 1)
         status, headers, refused = post()
         assert [f.result()[0] for f in first] == [200, 200]
     assert status == 429 and headers["Retry-After"] == "1"
@@ -264,10 +267,10 @@ def test_a_client_gone_before_its_turn_is_never_run(http_service: Any, engine_ca
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         first = pool.submit(api.chat.completions.create, model="m", max_tokens=2,
                             messages=[{"role": "user", "content": "first"}])
-        time.sleep(0.5)  # the worker holds the first request
+        wait_until(lambda: service.worker.running_since is not None)  # holds the first
         gone = _raw_post(service, {"model": "m", "max_tokens": 2,
                                    "messages": [{"role": "user", "content": "gone"}]})
-        time.sleep(0.3)
+        wait_until(lambda: len(service.queue) == 1)  # the second waits its turn
         gone.close()
         first.result(timeout=60)
     time.sleep(2.5)  # the second would have run by now
