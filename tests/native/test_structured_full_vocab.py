@@ -85,3 +85,20 @@ def test_every_answer_parses_and_validates(engine: Engine, index: int) -> None:
         value = json.loads(result.text)
         jsonschema.validate(value, schema)
         assert result.parsed == value
+
+
+def test_the_forced_text_is_spelled_as_the_tokenizer_spells_it(engine: Engine) -> None:
+    """A key the grammar forces goes in as the tokenizer's own tokens: sampled from the mask,
+    a random model spells ``"description_of_the_scene"`` in whatever pieces it ranks first —
+    text no model was trained on."""
+    schema = closed(description_of_the_scene=WORD, is_anyone_at_the_front_door=SMALL)
+    backend = engine.tokenizer.backend
+    for seed, prompt in enumerate(PROMPTS):
+        result = engine.generate([{"role": "user", "content": prompt}], max_tokens=80,
+                                 temperature=1.0, seed=seed, schema=schema)
+        head = '{"description_of_the_scene": "'
+        k = next(k for k in range(1, len(result.tokens) + 1)
+                 if len(backend.decode(result.tokens[:k])) >= len(head) - 1)
+        spelled = backend.decode(result.tokens[:k])
+        assert spelled.startswith(head[:-1]), result.text
+        assert backend.encode(spelled, add_special_tokens=False).ids == result.tokens[:k]

@@ -42,6 +42,8 @@ class Constraint(Protocol):
 
     def accept(self, token: int) -> None: ...
 
+    def forced(self) -> list[int]: ...
+
     @property
     def done(self) -> bool: ...
 
@@ -76,7 +78,8 @@ def decode(session: NativeSession, prompt: PromptInputs, sampling: Sampling, max
            constraint: Constraint | None = None) -> Decoded:
     """Prefill ``prompt`` on a reset ``session`` and decode up to ``max_tokens`` tokens;
     ``cancelled`` is asked before every decode step (True: stop, ``cancelled``);
-    ``constraint`` masks the logits before each sampling step and ends the answer when its
+    ``constraint`` masks the logits before each sampling step, decides the tokens its
+    grammar forces (in the tokenizer's own tokenization) and ends the answer when its
     grammar is complete."""
     session.reset()
     session.set_seed(sampling.seed if sampling.seed is not None else time.time_ns())
@@ -92,10 +95,14 @@ def decode(session: NativeSession, prompt: PromptInputs, sampling: Sampling, max
     for i in range(max_tokens):
         if want_logits:
             steps.append(logits.copy())
-        if constraint is not None:
-            constraint.mask(logits)
-        token = session.sample(logits, sampling.temperature, sampling.top_k, sampling.top_p,
-                               sampling.repetition_penalty, history[:i])
+        forced = constraint.forced() if constraint is not None else []
+        if forced:
+            token = forced[0]
+        else:
+            if constraint is not None:
+                constraint.mask(logits)
+            token = session.sample(logits, sampling.temperature, sampling.top_k,
+                                   sampling.top_p, sampling.repetition_penalty, history[:i])
         if i == 0:
             t_first = time.perf_counter()
         history[i] = token
