@@ -74,6 +74,18 @@ def new_model(tok: Tokenizer) -> tuple[Qwen3VLForConditionalGeneration, dict[str
     return model, legacy
 
 
+def load_model(hf_dir: Path) -> tuple[Qwen3VLForConditionalGeneration, dict[str, Any]]:
+    """A saved checkpoint (``save_checkpoint``'s layout) and its legacy config.json content,
+    to train further."""
+    legacy = json.loads((hf_dir / "config.json").read_text())
+    for key in ("dtype", "transformers_version"):
+        legacy.pop(key, None)
+    model = Qwen3VLForConditionalGeneration.from_pretrained(
+        hf_dir, dtype=torch.float32, attn_implementation="sdpa")
+    tiny.check_config_conversion(model.config, SPEC)
+    return model, legacy
+
+
 def write_processor_files(out_dir: Path, tok: Tokenizer) -> None:
     """Tokenizer, chat template, generation and processor configs (no weights)."""
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -2,16 +2,16 @@
 """Structured answers on the demo model's held-out scenes (issue 25): free text vs a JSON
 schema vs scored choices, on the same questions.
 
-For the held-out single-image items whose answer is a closed set (``exists``, ``count``,
-``count_kind``, ``colour``, ``where``), greedy decoding answers each question three ways on
-the shipped F32 model:
+For the held-out items whose answer is a closed set (``exists``, ``count``, ``count_kind``,
+``colour``, ``where``, ``which_has``), greedy decoding answers each question three ways on the
+shipped F32 model (or ``--gguf``), with the same prompt:
 
 * free text, as ``evaluate.py`` scores it (exactly right and stopped);
-* a JSON schema (``{"present": boolean}``, ``{"count": integer 0-9}``, ``{"colour": enum}``,
-  ``{"where": enum}``): right when the parsed value is the answer; every answer must parse and
-  validate (``jsonschema``);
-* ``choices`` (``yes``/``no``, ``0``-``9``, the colours, the slots): right when the most
-  probable choice is the answer.
+* a JSON schema (``{"cat": boolean}`` for "Is there a cat?", ``{"count": integer 0-9}``,
+  ``{"colour": enum}``, ``{"where": enum}``, ``{"image": enum}``): right when the parsed value
+  is the answer; every answer must parse and validate (``jsonschema``);
+* ``choices`` (``yes``/``no``, ``0``-``9``, the colours, the slots, ``first``/``second``):
+  right when the most probable choice is the answer.
 
 Usage: ``python tools/demo_model/evaluate_structured.py [--items 200] [--json]``.
 """
@@ -30,18 +30,21 @@ if str(REPO) not in sys.path:
 
 from tools.demo_model.scenes import COLOURS, SLOTS, TEST_SEED, Item, make_item  # noqa: E402
 
-TASKS = ("exists", "count", "count_kind", "colour", "where")
+TASKS = ("exists", "count", "count_kind", "colour", "where", "which_has")
 DIGITS = [str(n) for n in range(10)]
 
 
 def shape(item: Item) -> tuple[str, dict[str, Any], list[str]]:
     """(the JSON key, the schema, the choices) of an item's question."""
-    if item.task == "exists":
-        key, spec, choices = "present", {"type": "boolean"}, ["yes", "no"]
+    if item.task == "exists":  # "Is there a cat?" -> {"cat": true}
+        key, spec, choices = item.prompt.rstrip("?").split()[-1], {"type": "boolean"}, [
+            "yes", "no"]
     elif item.task in ("count", "count_kind"):
         key, spec, choices = "count", {"type": "integer", "minimum": 0, "maximum": 9}, DIGITS
     elif item.task == "colour":
         key, spec, choices = "colour", {"enum": list(COLOURS)}, list(COLOURS)
+    elif item.task == "which_has":
+        key, spec, choices = "image", {"enum": ["first", "second"]}, ["first", "second"]
     else:
         key, spec, choices = "where", {"enum": list(SLOTS)}, list(SLOTS)
     schema = {"type": "object", "properties": {key: spec}, "required": [key],
@@ -59,6 +62,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--items", type=int, default=200, help="items per run (before the "
                         "task filter draws more)")
+    parser.add_argument("--gguf", type=Path, default=None,
+                        help="model directory (default: the shipped demo model)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     import jsonschema
@@ -66,13 +71,13 @@ def main() -> None:
     from edgevlm.engine import Engine
     from edgevlm.models import demo_model_dir
 
-    engine = Engine.load(demo_model_dir(), threads=2, context=1024)
+    engine = Engine.load(args.gguf or demo_model_dir(), threads=2, context=1024)
     items: list[Item] = []
     index = 0
     while len(items) < args.items:
         item = make_item(TEST_SEED, index)
         index += 1
-        if item.task in TASKS and item.media == "image":
+        if item.task in TASKS:
             items.append(item)
     right = {"text": 0, "schema": 0, "choices": 0}
     valid = 0

@@ -169,9 +169,48 @@ class BranchTokens:
             self._answers[text] = (*ids, self.im_end)
         return self._answers[text]
 
+    def json_branch(self, item: Item, text: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(question ids + the ``{``, the rest of the JSON answer + <|im_end|>): the ``{``
+        the grammar forces is prompt, not label (``json_answers``)."""
+        brace, rest = split_brace(self.processor.tokenizer, text)
+        return (*self.question(item), brace), (*rest, self.im_end)
+
+
+def split_brace(tokenizer: Any, text: str) -> tuple[int, tuple[int, ...]]:
+    """The ``{`` token and the tokens of the rest of a JSON answer, checked to be the
+    tokenization of the whole text."""
+    whole = tokenizer.encode(text, add_special_tokens=False)
+    brace = tokenizer.convert_tokens_to_ids("{")
+    rest = tokenizer.encode(text[1:], add_special_tokens=False)
+    if not text.startswith("{") or whole != [brace, *rest]:
+        raise RuntimeError(f"{text!r} does not tokenize as '{{' + the rest")
+    return brace, tuple(rest)
+
+
+def encode_json(item: Item, text: str, processor: Any, im_end: int) -> Sample:
+    """``item`` answered with the one-field JSON ``text``, for validation: what the grammar
+    forces (``{"key":``) ends the prompt, so only the value, ``}`` and <|im_end|> are
+    scored — a schema's key is the user's, not the model's to guess."""
+    plain = encode(item, processor, im_end)
+    tokenizer = processor.tokenizer
+    whole = tokenizer.encode(text, add_special_tokens=False)
+    forced = text[:text.index('":') + 2]
+    cut = next(k for k in range(1, len(whole) + 1)
+               if len(tokenizer.decode(whole[:k])) >= len(forced))
+    if tokenizer.decode(whole[:cut]) != forced:
+        raise RuntimeError(f"{text!r}: no token boundary after the key")
+    head = torch.tensor(whole[:cut], dtype=plain.prompt_ids.dtype)
+    return Sample(item.task + "_json", torch.cat([plain.prompt_ids, head]),
+                  torch.cat([plain.mm_token_type_ids, torch.zeros_like(head)]),
+                  (*whole[cut:], im_end), plain.pixel_values, plain.image_grid_thw,
+                  plain.pixel_values_videos, plain.video_grid_thw)
+
 
 def encode_episode(episode: Episode, processor: Any, im_end: int,
-                   branch_tokens: BranchTokens | None = None) -> PackedSample:
+                   branch_tokens: BranchTokens | None = None,
+                   json_twins: Sequence[tuple[int, str]] = ()) -> PackedSample:
+    """One packed row: the media once, then a branch per question, then a branch per JSON
+    twin ``(question index, JSON answer)`` (``json_answers``)."""
     tokens = branch_tokens or BranchTokens(processor, im_end)
     vision_end = processor.tokenizer.convert_tokens_to_ids("<|vision_end|>")
     first = encode(episode.item(0), processor, im_end)
@@ -188,8 +227,12 @@ def encode_episode(episode: Episode, processor: Any, im_end: int,
         mark = kind_mark(episode, item.prompt, question, tokens)
         if mark is not None:
             marks.append((k, *mark))
+    for k, text in json_twins:
+        branches.append(tokens.json_branch(episode.item(k), text))
+    tasks = (*(q[0] for q in episode.questions),
+             *(episode.questions[k][0] + "_json" for k, _ in json_twins))
     return PackedSample(ids[:cut], first.mm_token_type_ids[:cut], tuple(branches),
-                        tuple(q[0] for q in episode.questions), first.pixel_values,
+                        tasks, first.pixel_values,
                         first.image_grid_thw, first.pixel_values_videos, first.video_grid_thw,
                         vision_labels(episode, first.image_grid_thw), tuple(marks))
 

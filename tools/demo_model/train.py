@@ -45,10 +45,12 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
 from tools.demo_model import checkpoint  # noqa: E402
+from tools.demo_model.json_answers import JSON_SEED, json_answer  # noqa: E402
 from tools.demo_model.samples import (  # noqa: E402
     IGNORE,
     BranchTokens,
@@ -57,6 +59,7 @@ from tools.demo_model.samples import (  # noqa: E402
     collate_packed,
     encode,
     encode_episode,
+    encode_json,
     exact_matches,
     length_batches,
     packed_forward,
@@ -65,6 +68,7 @@ from tools.demo_model.samples import (  # noqa: E402
 from tools.demo_model.scenes import (  # noqa: E402
     TRAIN_SEED,
     VALIDATION_SEED,
+    Episode,
     make_episode,
     make_item,
 )
@@ -98,6 +102,11 @@ class TrainConfig:
     aux_weight: float = 1.0        # weight of the auxiliary vision loss (0: off)
     question_aux_weight: float = 0.5  # weight of the question probe's loss (0: off)
     question_probe_layer: int = 1  # the decoder layer whose output the question probe reads
+    # The second stage (JSON answers, ``json_answers.py``): start from a trained checkpoint,
+    # give this share of the questions a JSON twin, and leave the ViT as it is.
+    init: str = ""                 # a Hugging Face checkpoint directory to start from
+    json_share: float = 0.0        # share of questions that also get a JSON answer branch
+    freeze_vision: int = 0         # 1: the ViT and mergers do not learn (mmproj.gguf unchanged)
 
 
 def use_linear_patch_embedding(model: Any) -> None:
@@ -201,6 +210,16 @@ class TrainBatches(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         self.pad_id = pad_id
         self.im_end = im_end
 
+    def json_twins(self, episode: Episode, index: int) -> list[tuple[int, str]]:
+        """The questions of episode ``index`` that also get a JSON answer (their own random
+        stream, so the episodes themselves are those of the base recipe)."""
+        if self.cfg.json_share <= 0:
+            return []
+        rng = np.random.default_rng([JSON_SEED, TRAIN_SEED, index])
+        return [(k, json_answer(rng, task, prompt, answer))
+                for k, (task, prompt, answer) in enumerate(episode.questions)
+                if rng.random() < self.cfg.json_share]
+
     def single_object_share(self, episode: int) -> float:
         """Curriculum: 1 at the start, the uniform 1/3 after ``curriculum_steps`` steps."""
         progress = min(1.0, episode / max(1, self.cfg.curriculum_steps * self.cfg.batch_size))
@@ -213,10 +232,12 @@ class TrainBatches(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         pool = self.cfg.batch_size * self.cfg.pool_batches
         index = 0
         while True:
-            samples = [encode_episode(make_episode(TRAIN_SEED, index + i, self.cfg.questions,
-                                                   self.single_object_share(index + i)),
-                                      processor, self.im_end, branch_tokens)
-                       for i in range(pool)]
+            samples = []
+            for i in range(index, index + pool):
+                episode = make_episode(TRAIN_SEED, i, self.cfg.questions,
+                                       self.single_object_share(i))
+                samples.append(encode_episode(episode, processor, self.im_end, branch_tokens,
+                                              self.json_twins(episode, i)))
             index += pool
             samples.sort(key=lambda s: s.length)
             batches = [samples[i:i + self.cfg.batch_size]
@@ -251,6 +272,17 @@ def check_packing(model: Any, processor: Any, pad_id: int, im_end: int) -> float
 
 def encode_split(seed: int, count: int, processor: Any, im_end: int) -> list[Sample]:
     return [encode(make_item(seed, i), processor, im_end) for i in range(count)]
+
+
+def encode_json_split(seed: int, count: int, processor: Any, im_end: int) -> list[Sample]:
+    """The same items answered in JSON (one key drawn per item)."""
+    samples = []
+    for i in range(count):
+        item = make_item(seed, i)
+        rng = np.random.default_rng([JSON_SEED, seed, i])
+        samples.append(encode_json(item, json_answer(rng, item.task, item.prompt, item.answer),
+                                   processor, im_end))
+    return samples
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -321,7 +353,13 @@ def train(cfg: TrainConfig, hf_out: Path, out: Path | None, work: Path) -> dict[
     processor = checkpoint.load_processor(processor_dir)
     ids = checkpoint.tiny.token_ids(tok)
     pad_id, im_end = ids["<|endoftext|>"], ids["<|im_end|>"]
-    model, legacy = checkpoint.new_model(tok)
+    if cfg.init:
+        model, legacy = checkpoint.load_model(Path(cfg.init))
+        base_log = (Path(cfg.init) / "training.json").read_text()
+    else:
+        model, legacy = checkpoint.new_model(tok)
+    if cfg.freeze_vision:
+        model.model.visual.requires_grad_(False)
     use_linear_patch_embedding(model)
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
@@ -329,6 +367,8 @@ def train(cfg: TrainConfig, hf_out: Path, out: Path | None, work: Path) -> dict[
                 sum(p.numel() for p in model.model.visual.parameters()))
 
     validation = encode_split(VALIDATION_SEED, cfg.eval_items, processor, im_end)
+    json_validation = (encode_json_split(VALIDATION_SEED, cfg.eval_items, processor, im_end)
+                       if cfg.json_share > 0 else [])
     logger.info("packed episodes match single questions to %.1e",
                 check_packing(model.eval(), processor, pad_id, im_end))
     model.train()
@@ -341,6 +381,8 @@ def train(cfg: TrainConfig, hf_out: Path, out: Path | None, work: Path) -> dict[
              *(("model.visual.probe." + n, p) for n, p in probe.named_parameters()),
              *(("question_probe." + n, p) for n, p in question_probe.named_parameters())]
     for name, param in named:
+        if not param.requires_grad:
+            continue
         decays = param.dim() >= 2 and "embed" not in name
         groups.setdefault((name.startswith("model.visual."), decays), []).append(param)
     optimizer = torch.optim.AdamW(
@@ -372,7 +414,7 @@ def train(cfg: TrainConfig, hf_out: Path, out: Path | None, work: Path) -> dict[
                 else torch.zeros(()))
         optimizer.zero_grad(set_to_none=True)
         (loss + cfg.aux_weight * aux + cfg.question_aux_weight * qaux).backward()
-        torch.nn.utils.clip_grad_norm_([p for _, p in named], cfg.grad_clip)
+        torch.nn.utils.clip_grad_norm_([p for _, p in named if p.requires_grad], cfg.grad_clip)
         optimizer.step()
         ema_loss = loss.item() if step == 0 else 0.95 * ema_loss + 0.05 * loss.item()
         if step % 20 == 0:
@@ -385,11 +427,16 @@ def train(cfg: TrainConfig, hf_out: Path, out: Path | None, work: Path) -> dict[
         entry = {"step": steps, "loss_ema": round(ema_loss, 4), "validation_accuracy": acc,
                  "per_task": per_task, "wall_s": round(clock.wall(), 1),
                  "cpu_s": round(clock.cpu(), 1)}
+        score = acc
+        if json_validation:  # both ways of answering count
+            entry["json_accuracy"], entry["json_per_task"] = accuracy(
+                model, json_validation, pad_id, 32)
+            score = (acc + entry["json_accuracy"]) / 2
         log.append(entry)
         logger.info("eval %s", json.dumps(entry))
-        if best is None or acc > best[0]:
-            best = (acc, steps, copy.deepcopy(model.state_dict()))
-        if acc >= cfg.target:
+        if best is None or score > best[0]:
+            best = (score, steps, copy.deepcopy(model.state_dict()))
+        if score >= cfg.target:
             stop_reason = "target"
             break
         # stop before the next evaluation round would overrun a budget
@@ -417,7 +464,11 @@ def train(cfg: TrainConfig, hf_out: Path, out: Path | None, work: Path) -> dict[
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
         "evals": log,
     }
-    (hf_out / "training.json").write_text(json.dumps(summary, indent=1) + "\n")
+    if cfg.init:  # the base run's log stays; this stage's goes beside it
+        (hf_out / "training.json").write_text(base_log)
+        (hf_out / "finetune.json").write_text(json.dumps(summary, indent=1) + "\n")
+    else:
+        (hf_out / "training.json").write_text(json.dumps(summary, indent=1) + "\n")
     if out is not None:
         convert(hf_out, out, "f32")
     return summary
