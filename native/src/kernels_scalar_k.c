@@ -12,24 +12,57 @@
 
 #define LANES 8   /* ggml's partial float sums of Q3_K..Q6_K */
 
-/* Q2_K/Q3_K 2-bit field of element e (Q2_K's qs layout, types.h) */
-static inline int two_bits(const uint8_t *qs, int e) {
-    return (qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3;
+/* The codes of one super-block, unpacked into q[256] (int8, element order): what ggml's
+ * generic kernels build in aux8 before their integer sums. */
+
+/* Q2_K/Q3_K: the 2-bit fields (element 128 h + 32 j + l in bits 2j of qs[32 h + l]) */
+static void unpack_2bit(const uint8_t *qs, int8_t *q) {
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 32; l++) q[128 * h + 32 * j + l] = (int8_t)((qs[32 * h + l] >> (2 * j)) & 3);
+}
+
+/* Q4_K/Q5_K: the nibbles (element 64 c + l low, 64 c + 32 + l high nibble of qs[32 c + l]),
+ * plus 16 where qh (Q5_K, else NULL) has the element's 5th bit (bit e/32 of qh[e % 32]) */
+static void unpack_k4(const uint8_t *qs, const uint8_t *qh, int8_t *q) {
+    for (int c = 0; c < 4; c++)
+        for (int l = 0; l < 32; l++) {
+            q[64 * c + l] = (int8_t)(qs[32 * c + l] & 0x0f);
+            q[64 * c + 32 + l] = (int8_t)(qs[32 * c + l] >> 4);
+        }
+    if (!qh) return;
+    for (int e = 0; e < EV_QK_K; e++) q[e] = (int8_t)(q[e] + ((qh[e % 32] >> (e / 32)) & 1) * 16);
+}
+
+/* ggml's integer step of Q3_K..Q6_K: lane_sums[l] += scale of e's group (group = 16 or 32
+ * elements) * q8[e] * q[e], over the elements e = l (mod 8) of a super-block */
+static void lane_sums_of(const int8_t *q, const int8_t *q8, const int *scale, int group,
+                         int32_t *lane_sums) {
+    for (int g = 0; g < EV_QK_K; g += group) {
+        const int sc = scale[g / group];
+        for (int e = g; e < g + group; e += LANES)
+            for (int l = 0; l < LANES; l++) lane_sums[l] += sc * (q8[e + l] * q[e + l]);
+    }
 }
 
 /* ggml_vec_dot_q2_K_q8_K_generic */
 void ev_vec_dot_q2_K_q8_K(int64_t n, float *out, const void *w_row, const void *x_row) {
     const ev_block_q2_K *w = w_row;
     const ev_block_q8_K *x = x_row;
+    int8_t q[EV_QK_K];
     float sumf = 0.0f;
     for (int64_t i = 0; i < n / EV_QK_K; i++) {
         int summs = 0;   /* sum over sub-blocks of (their activation sum) x (min code) */
         for (int j = 0; j < 16; j++) summs += x[i].bsums[j] * (w[i].scales[j] >> 4);
         const float dall = x[i].d * ev_fp16_to_f32(w[i].d);
         const float dmin = x[i].d * ev_fp16_to_f32(w[i].dmin);
+        unpack_2bit(w[i].qs, q);
         int isum = 0;
-        for (int e = 0; e < EV_QK_K; e++)
-            isum += (w[i].scales[e / 16] & 0x0f) * (x[i].qs[e] * two_bits(w[i].qs, e));
+        for (int j = 0; j < 16; j++) {
+            int isuml = 0;
+            for (int l = 16 * j; l < 16 * j + 16; l++) isuml += x[i].qs[l] * q[l];
+            isum += (w[i].scales[j] & 0x0f) * isuml;
+        }
         const float scaled = dall * (float)isum, mins = dmin * (float)summs;
         sumf += scaled - mins;
     }
@@ -47,61 +80,51 @@ static inline float finish_lanes(float sumf, const float *lanes) {
     return sumf;
 }
 
-/* Q3_K sub-block j's 6-bit scale, minus 32 (types.h) */
-static inline int q3_K_scale(const uint8_t *scales, int j) {
-    const int low = j < 8 ? scales[j] & 0x0f : scales[j - 8] >> 4;
-    const int high = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
-    return (low | (high << 4)) - 32;
-}
-
 /* ggml_vec_dot_q3_K_q8_K_generic */
 void ev_vec_dot_q3_K_q8_K(int64_t n, float *out, const void *w_row, const void *x_row) {
     const ev_block_q3_K *w = w_row;
     const ev_block_q8_K *x = x_row;
+    int8_t q[EV_QK_K];
+    int scale[16];
     float lanes[LANES] = {0};
     for (int64_t i = 0; i < n / EV_QK_K; i++) {
-        int32_t lane_sums[LANES] = {0};
-        for (int e = 0; e < EV_QK_K; e++) {
-            const int high = (w[i].hmask[e % 32] >> (e / 32)) & 1;
-            const int q = two_bits(w[i].qs, e) - (high ? 0 : 4);
-            lane_sums[e % LANES] += q3_K_scale(w[i].scales, e / 16) * (x[i].qs[e] * q);
+        unpack_2bit(w[i].qs, q);
+        for (int e = 0; e < EV_QK_K; e++)   /* minus 4 where the high bit is clear */
+            q[e] = (int8_t)(q[e] - (((w[i].hmask[e % 32] >> (e / 32)) & 1) ? 0 : 4));
+        for (int j = 0; j < 16; j++) {
+            const int low = j < 8 ? w[i].scales[j] & 0x0f : w[i].scales[j - 8] >> 4;
+            const int high = (w[i].scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+            scale[j] = (low | (high << 4)) - 32;
         }
+        int32_t lane_sums[LANES] = {0};
+        lane_sums_of(q, x[i].qs, scale, 16, lane_sums);
         add_lanes(lanes, ev_fp16_to_f32(w[i].d) * x[i].d, lane_sums);
     }
     *out = finish_lanes(0.0f, lanes);
 }
 
-/* Q4_K/Q5_K: sum of sub-block activation sums x min codes (ggml's sumi) */
-static inline int k4_min_sum(const uint8_t *scales, const int16_t *bsums) {
-    int sumi = 0;
-    for (int j = 0; j < EV_QK_K / 16; j++) {
-        uint8_t sc, m;
-        ev_k4_scale_min(j / 2, scales, &sc, &m);
-        sumi += bsums[j] * m;
-    }
-    return sumi;
-}
-
 /* ggml_vec_dot_q4_K_q8_K_generic (q5: ggml_vec_dot_q5_K_q8_K_generic, the 5th bit in qh) */
 static float k4_dot(int64_t n, const ev_block_q4_K *w4, const ev_block_q5_K *w5,
                     const ev_block_q8_K *x) {
+    int8_t q[EV_QK_K];
+    int scale[8];
     float lanes[LANES] = {0}, sumf = 0.0f;
     for (int64_t i = 0; i < n / EV_QK_K; i++) {
         const uint8_t *scales = w4 ? w4[i].scales : w5[i].scales;
-        const uint8_t *qs = w4 ? w4[i].qs : w5[i].qs;
-        int32_t lane_sums[LANES] = {0};
-        for (int e = 0; e < EV_QK_K; e++) {
-            const int j = e / 32;   /* sub-block */
+        unpack_k4(w4 ? w4[i].qs : w5[i].qs, w4 ? NULL : w5[i].qh, q);
+        int sumi = 0;   /* sum over sub-blocks of (their activation sums) x (min code) */
+        for (int j = 0; j < 8; j++) {
             uint8_t sc, m;
             ev_k4_scale_min(j, scales, &sc, &m);
-            int q = (qs[32 * (j / 2) + e % 32] >> (4 * (j % 2))) & 0x0f;
-            if (w5) q += ((w5[i].qh[e % 32] >> j) & 1) * 16;
-            lane_sums[e % LANES] += sc * (x[i].qs[e] * q);
+            scale[j] = sc;
+            sumi += (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]) * m;
         }
+        int32_t lane_sums[LANES] = {0};
+        lane_sums_of(q, x[i].qs, scale, 32, lane_sums);
         const ev_fp16 d = w4 ? w4[i].d : w5[i].d, dmin = w4 ? w4[i].dmin : w5[i].dmin;
         add_lanes(lanes, ev_fp16_to_f32(d) * x[i].d, lane_sums);
         const float dm = ev_fp16_to_f32(dmin) * x[i].d;
-        sumf -= dm * (float)k4_min_sum(scales, x[i].bsums);
+        sumf -= dm * (float)sumi;
     }
     return finish_lanes(sumf, lanes);
 }
@@ -118,16 +141,23 @@ void ev_vec_dot_q5_K_q8_K(int64_t n, float *out, const void *w_row, const void *
 void ev_vec_dot_q6_K_q8_K(int64_t n, float *out, const void *w_row, const void *x_row) {
     const ev_block_q6_K *w = w_row;
     const ev_block_q8_K *x = x_row;
+    int8_t q[EV_QK_K];
+    int scale[16];
     float lanes[LANES] = {0};
     for (int64_t i = 0; i < n / EV_QK_K; i++) {
-        int32_t lane_sums[LANES] = {0};
-        for (int e = 0; e < EV_QK_K; e++) {
-            const int h = e / 128, j = e % 128 / 32, l = e % 32;
-            const int low = (w[i].ql[64 * h + 32 * (j % 2) + l] >> (4 * (j / 2))) & 0x0f;
-            const int high = (w[i].qh[32 * h + l] >> (2 * j)) & 3;
-            const int q = (low | (high << 4)) - 32;
-            lane_sums[e % LANES] += w[i].scales[e / 16] * (x[i].qs[e] * q);
+        for (int h = 0; h < 2; h++) {   /* elements 128 h + 32 j + l (types.h) */
+            const uint8_t *ql = w[i].ql + 64 * h, *qh = w[i].qh + 32 * h;
+            int8_t *a = q + 128 * h;
+            for (int l = 0; l < 32; l++) {
+                a[l] = (int8_t)(((ql[l] & 0x0f) | (((qh[l] >> 0) & 3) << 4)) - 32);
+                a[l + 32] = (int8_t)(((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32);
+                a[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+                a[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+            }
         }
+        for (int j = 0; j < 16; j++) scale[j] = w[i].scales[j];
+        int32_t lane_sums[LANES] = {0};
+        lane_sums_of(q, x[i].qs, scale, 16, lane_sums);
         add_lanes(lanes, ev_fp16_to_f32(w[i].d) * x[i].d, lane_sums);
     }
     *out = finish_lanes(0.0f, lanes);
