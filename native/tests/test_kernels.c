@@ -461,6 +461,12 @@ static void test_matmul_sets_agree_and_null_pool(void) {
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q8_0, 4096, 512, 2) >= 128 * 15 * 38);
     /* the many-token integer products' activations (int16 blocks + scales) after the packs */
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q8_0, 4096, 512, 2) >= 2 * pack + 128 * 512 * 68);
+    /* Q8_K-dot types: decode-sized products hold n_tok rows of n_in/256 Q8_K blocks (no
+     * integer products, so no packs below EV_MATMUL_FLOAT_MIN_TOK) */
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q4_K, 4096, 15, 2) >= 16 * 15 * 292 &&
+          ev_matmul_scratch_bytes(EV_TYPE_Q4_K, 4096, 15, 2) < pack);
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q6_K, 4096, 16, 2) == 2 * pack);
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q4_K, 4000, 1, 1) == SIZE_MAX);   /* not whole blocks */
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q4_0, 33, 1, 1) == SIZE_MAX);
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_F32, 64, 512, 0) == SIZE_MAX);
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q8_0, INT64_MAX / 64 * 32, 1 << 30, 1) == SIZE_MAX);
