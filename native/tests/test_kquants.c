@@ -144,6 +144,11 @@ static void test_quantizer_error_bounds(void) {
     }
 }
 
+/* No round-trip claim: none of these quantisers guarantees quantise(dequantise(q)) == q (the
+ * scale searches start from the new amax and the float16 rounding of d, and land elsewhere:
+ * on Gaussian rows Q3_K re-stores only ~half of its blocks identically, Q6_K, IQ4_XS and
+ * IQ4_NL most; Q2_K and Q4_K happened to re-store all 64 of a sample). */
+
 /* zeros quantise to zeros; one large value among zeros is kept within its block's rounding;
  * constant rows; alternating signs: every value finite, the error bounded by the largest */
 static void test_quantizer_edge_inputs(void) {
