@@ -33,7 +33,8 @@ def _cdef_text() -> str:
 
 def compile_flags() -> list[str]:
     flags = ["-std=c11", "-O3", "-Wall", "-Wextra", "-Wno-unused-parameter", "-pthread",
-             "-D_GNU_SOURCE", "-fno-math-errno"]
+             "-D_GNU_SOURCE", "-fno-math-errno",
+             "-ffp-contract=off"]   # no fused a*b+c: the reference quantisers are bit-exact
     if os.environ.get("EDGEVLM_PORTABLE") != "1":
         machine = platform.machine().lower()
         flags.append("-mcpu=native" if machine in ("aarch64", "arm64") else "-march=native")

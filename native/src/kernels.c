@@ -2,14 +2,15 @@
  * kernels.c - kernel-set selection, the threaded matrix product and the row operations.
  *
  * ev_matmul: Y[n_tok][n_out] = X[n_tok][n_in] . W[n_out][n_in]^T (+ bias).
- *  1. For Q8_0/Q4_0 weights and fewer than EV_MATMUL_FLOAT_MIN_TOK tokens (or
- *     EV_MATMUL_INT_MIN_TOK where the set has integer products) the activations
- *     are quantised to Q8_0 once, into scratch (tokens split across the pool when there are
- *     several), with their scales also as float32. From that many tokens on, every weight
- *     type runs the kernel set's gemm_dq on the float32 activations, except where the set
- *     has integer products for Q8_0/Q4_0 weights (gemm_q8x: activations quantised as for
- *     decode, with each block's sum; else gemm_q16x: activations as int16 blocks) or a
- *     bf16 product for BF16 weights (gemm_bf16x).
+ *  1. For quantised weights and fewer than EV_MATMUL_FLOAT_MIN_TOK tokens (or
+ *     EV_MATMUL_INT_MIN_TOK where the set has integer products) the activations are
+ *     quantised once, into scratch (tokens split across the pool when there are several), to
+ *     the weight type's vec_dot_type (types.h): Q8_0 blocks with their scales also as float32
+ *     (Q8_0/Q4_0/IQ4_NL), or Q8_K super-blocks (the K-quants, IQ4_XS). From that many tokens
+ *     on, every weight type runs the kernel set's gemm_dq on the float32 activations, except
+ *     where the set has integer products for Q8_0/Q4_0 weights (gemm_q8x: activations
+ *     quantised as for decode, with each block's sum; else gemm_q16x: activations as int16
+ *     blocks) or a bf16 product for BF16 weights (gemm_bf16x).
  *  2. The pool splits the output rows into one contiguous chunk per thread, in multiples of
  *     16 rows (64 bytes of every output row: no two threads write one cache line when n_out is
  *     a multiple of 16). Each thread streams its weight rows once per token block.
@@ -33,8 +34,10 @@ typedef struct matmul_job {
     ev_vec_dot_fn vec_dot;               /* k's for wtype, else the scalar set's */
     ev_gemm_fn gemm_dq;                  /* k's for wtype, else the scalar set's */
     void (*quantize_q8_0)(const float *x, ev_block_q8_0 *y, int64_t n);   /* likewise */
+    void (*quantize_q8_K)(const float *x, ev_block_q8_K *y, int64_t n);   /* likewise */
     const float *x;                      /* float32 [n_tok][n_in] (quantisation source) */
     ev_block_q8_0 *xq;                   /* [n_tok][n_in/32] */
+    ev_block_q8_K *xq_k;                 /* [n_tok][n_in/256] (Q8_K activations) or NULL */
     float *xq_scale;                     /* [n_tok][n_in/32] */
     int32_t *xq_sum;                     /* [n_tok][n_in/32] (gemm_q8x) or NULL */
     int16_t *xq16;                       /* [n_tok][n_in/32][32] (gemm_q16x) or NULL */
@@ -45,6 +48,11 @@ static void quantize_tokens(void *ctx, int64_t t0, int64_t t1, int tid) {
     (void)tid;
     const matmul_job *j = ctx;
     const int64_t nb = j->a.n_in / EV_QK;
+    if (j->xq_k) {
+        for (int64_t t = t0; t < t1; t++)
+            j->quantize_q8_K(j->x + t * j->a.n_in, j->xq_k + t * (j->a.n_in / EV_QK_K), j->a.n_in);
+        return;
+    }
     if (j->xq16) {
         for (int64_t t = t0; t < t1; t++)
             j->k->quantize_i16(j->x + t * j->a.n_in, j->xq16 + t * nb * EV_QK,
@@ -103,6 +111,14 @@ static size_t align64(size_t n) {
     return (n + 63) & ~(size_t)63;
 }
 
+/* Q8_K activations of n_tok tokens: n_in/256 super-blocks (292 bytes) each; SIZE_MAX when
+ * that does not fit in size_t. */
+static size_t q8_K_bytes(int64_t n_in, int64_t n_tok) {
+    uint64_t blocks = (uint64_t)(n_in / EV_QK_K);
+    if (n_tok != 0 && blocks > (uint64_t)(SIZE_MAX / 512) / (uint64_t)n_tok) return SIZE_MAX;
+    return align64((size_t)(blocks * (uint64_t)n_tok) * sizeof(ev_block_q8_K));
+}
+
 /* Quantised activations of n_tok tokens: Q8_0 blocks (34 bytes), or int16 blocks (64 bytes,
  * wide), then the float scales, then the int32 sums (Q8_0 for gemm_q8x). */
 static size_t quant_bytes(int64_t n_in, int64_t n_tok, int wide) {
@@ -116,17 +132,20 @@ static size_t quant_bytes(int64_t n_in, int64_t n_tok, int wide) {
 size_t ev_matmul_scratch_bytes(int32_t wtype, int64_t n_in, int64_t n_tok, int n_threads) {
     const ev_type_traits *t = ev_type_get(wtype);
     if (!t || n_in < 0 || n_tok < 0 || n_threads < 1 || n_in % t->block_size != 0) return SIZE_MAX;
-    /* the packing buffers of the many-token path (integer products: from fewer tokens) */
-    if (n_tok >= EV_MATMUL_FLOAT_MIN_TOK || (t->quantized && n_tok >= EV_MATMUL_INT_MIN_TOK)) {
+    /* the packing buffers of the many-token path (integer products, which only Q8_0-shaped
+     * activations have: from fewer tokens) */
+    const int q8_0_act = t->vec_dot_type == EV_TYPE_Q8_0;
+    if (n_tok >= EV_MATMUL_FLOAT_MIN_TOK || (q8_0_act && n_tok >= EV_MATMUL_INT_MIN_TOK)) {
         const size_t pack = sizeof(float) * (size_t)EV_GEMM_PACK_FLOATS;
         if ((size_t)n_threads > SIZE_MAX / pack) return SIZE_MAX;
         size_t many = pack * (size_t)n_threads;
-        if (!t->quantized) return many;
+        if (!q8_0_act) return many;
         size_t quant = quant_bytes(n_in, n_tok, 1);  /* gemm_q16x's / q8x's after the packs */
         if (quant == SIZE_MAX || quant > SIZE_MAX - many) return SIZE_MAX;
         return many + quant;   /* covers the Q8_0 activations of sets without them, too */
     }
-    if (!t->quantized) return 0;
+    if (t->vec_dot_type == EV_TYPE_Q8_K) return q8_K_bytes(n_in, n_tok);
+    if (!q8_0_act) return 0;
     return quant_bytes(n_in, n_tok, 0);
 }
 
@@ -134,12 +153,29 @@ size_t ev_matmul_scratch_bytes(int32_t wtype, int64_t n_in, int64_t n_tok, int n
 typedef enum quant_kind {
     QUANT_Q8_0,          /* Q8_0 blocks + float scales (decode-sized products) */
     QUANT_Q8_0_SUMS,     /* + each block's int32 sum (gemm_q8x) */
-    QUANT_I16            /* int16 blocks of 32 + float scales (gemm_q16x) */
+    QUANT_I16,           /* int16 blocks of 32 + float scales (gemm_q16x) */
+    QUANT_Q8_K           /* Q8_K super-blocks (decode-sized products of Q8_K-dot weights) */
 } quant_kind;
 
+static void run_quantize(matmul_job *j, ev_pool *p) {
+    if (j->a.n_tok > 1) {
+        ev_pool_for(p, j->a.n_tok, 1, quantize_tokens, j);
+    } else {
+        quantize_tokens(j, 0, 1, 0);
+    }
+}
+
 /* Points j's quantised activations into scratch ([n_tok][nb] Q8_0 or int16 blocks, then
- * scales, then sums) and quantises the tokens, split across the pool when there are several. */
+ * scales, then sums; or [n_tok][n_in/256] Q8_K blocks) and quantises the tokens, split across
+ * the pool when there are several. */
 static void quantize_into(matmul_job *j, ev_pool *p, uint8_t *scratch, quant_kind kind) {
+    if (kind == QUANT_Q8_K) {
+        j->xq_k = (ev_block_q8_K *)scratch;
+        j->a.x = scratch;
+        j->a.x_stride = j->a.n_in / EV_QK_K * (int64_t)sizeof(ev_block_q8_K);
+        run_quantize(j, p);
+        return;
+    }
     const int64_t nb = j->a.n_in / EV_QK, n_tok = j->a.n_tok;
     const size_t qs = kind == QUANT_I16 ? 64 : sizeof(ev_block_q8_0);
     const size_t blocks = align64((size_t)(nb * n_tok) * qs);
@@ -152,11 +188,7 @@ static void quantize_into(matmul_job *j, ev_pool *p, uint8_t *scratch, quant_kin
     j->a.x_stride = nb * (int64_t)qs;
     j->a.x_scale = j->xq_scale;
     j->a.x_sum = j->xq_sum;
-    if (n_tok > 1) {
-        ev_pool_for(p, n_tok, 1, quantize_tokens, j);
-    } else {
-        quantize_tokens(j, 0, 1, 0);
-    }
+    run_quantize(j, p);
 }
 
 int ev_matmul(ev_pool *pool, const ev_kernels *k, int32_t wtype, const void *w,
@@ -177,6 +209,7 @@ int ev_matmul(ev_pool *pool, const ev_kernels *k, int32_t wtype, const void *w,
     j.vec_dot = k->vec_dot[wtype] ? k->vec_dot[wtype] : ref->vec_dot[wtype];
     j.gemm_dq = k->gemm_dq[wtype] ? k->gemm_dq[wtype] : ref->gemm_dq[wtype];
     j.quantize_q8_0 = k->quantize_q8_0 ? k->quantize_q8_0 : ref->quantize_q8_0;
+    j.quantize_q8_K = k->quantize_q8_K ? k->quantize_q8_K : ref->quantize_q8_K;
     j.x = x;
     j.a.w = w;
     j.a.w_stride = ev_row_bytes(wtype, n_in);
@@ -188,8 +221,9 @@ int ev_matmul(ev_pool *pool, const ev_kernels *k, int32_t wtype, const void *w,
     j.a.w_type = wtype;
     const int64_t macs = n_out * n_in * n_tok;
     ev_pool *p = macs < SMALL_MATMUL_MACS ? NULL : pool;
-    const int int_products = t->quantized && (k->gemm_q8x[wtype] ||
-                                              (k->gemm_q16x[wtype] && k->quantize_i16));
+    /* integer products take Q8_0-shaped activations: never for the Q8_K-dot types */
+    const int int_products = t->vec_dot_type == EV_TYPE_Q8_0 &&
+                             (k->gemm_q8x[wtype] || (k->gemm_q16x[wtype] && k->quantize_i16));
     j.many = n_tok >= EV_MATMUL_FLOAT_MIN_TOK || (int_products && n_tok >= EV_MATMUL_INT_MIN_TOK);
     if (j.many && int_products) {
         j.a.pack = scratch;                    /* threads pack; the activations follow */
@@ -200,8 +234,10 @@ int ev_matmul(ev_pool *pool, const ev_kernels *k, int32_t wtype, const void *w,
         j.a.x = (const uint8_t *)x;            /* float rows; threads pack from scratch */
         j.a.x_stride = n_in * (int64_t)sizeof(float);
         j.a.pack = scratch;
-    } else if (t->quantized) {
+    } else if (t->vec_dot_type == EV_TYPE_Q8_0) {
         quantize_into(&j, p, scratch, QUANT_Q8_0);
+    } else if (t->vec_dot_type == EV_TYPE_Q8_K) {
+        quantize_into(&j, p, scratch, QUANT_Q8_K);
     } else {
         j.a.x = (const uint8_t *)x;
         j.a.x_stride = n_in * (int64_t)sizeof(float);

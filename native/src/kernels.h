@@ -17,19 +17,21 @@
 #include "threadpool.h"
 #include "types.h"
 
-/* One weight row (n elements, type-specific layout) times one activation row.
- * The activation is float32 for F32/F16/BF16 weights and Q8_0 blocks for Q8_0/Q4_0 weights. */
+/* One weight row (n elements, type-specific layout) times one activation row in the weight
+ * type's vec_dot_type (types.h): float32 for F32/F16/BF16 weights, Q8_0 blocks for
+ * Q8_0/Q4_0/IQ4_NL, Q8_K blocks for the K-quants and IQ4_XS. */
 typedef void (*ev_vec_dot_fn)(int64_t n, float *out, const void *w_row, const void *x_row);
 
 /* One matrix product as a register-blocked kernel sees it (ev_matmul builds it). */
 typedef struct ev_gemm_args {
     const uint8_t *w;      /* weight rows [n_out][w_stride bytes], the weight's own layout */
     int64_t w_stride;      /* bytes per weight row */
-    const uint8_t *x;      /* activations [n_tok][x_stride bytes]: float32 rows for F32/F16/BF16
-                              weights, Q8_0 blocks for Q8_0/Q4_0 weights */
+    const uint8_t *x;      /* activations [n_tok][x_stride bytes]: float32 rows (F32/F16/BF16
+                              weights, and gemm_dq for every type), else blocks of the weight
+                              type's vec_dot_type (Q8_0, Q8_K) */
     int64_t x_stride;      /* bytes per activation row */
     const float *x_scale;  /* [n_tok][n_in/32] the Q8_0 activation scales as float32, or NULL
-                              for float weights */
+                              (float activations, and Q8_K ones, whose d is a float already) */
     const int32_t *x_sum;  /* [n_tok][n_in/32] the sum of each activation block's 32 int8
                               values (gemm_q8x only), or NULL */
     const float *bias;     /* [n_out] or NULL */
@@ -50,6 +52,11 @@ typedef struct ev_gemm_args {
 #define EV_GEMM_MC 240
 #define EV_GEMM_PACK_FLOATS ((EV_GEMM_MC + EV_GEMM_NC) * EV_GEMM_KC)   /* 1.23 MiB a thread */
 #define EV_GEMM_NR 16          /* weight rows per panel */
+/* A K chunk starts and ends on block boundaries for every block size (32, 256): a panel
+ * packer dequantises whole blocks of a row, from column k0 = a multiple of EV_GEMM_KC, and
+ * a row of a 256-block type has n_in % 256 == 0, so its last chunk holds whole blocks too. */
+_Static_assert(EV_GEMM_KC % EV_QK_K == 0 && EV_GEMM_KC % EV_QK == 0,
+               "K chunks hold whole blocks of every type");
 #define EV_GEMM_MR 6           /* tokens per micro-tile (EV_GEMM_MC is a multiple) */
 
 /* What an architecture supplies to ev_gemm_dq_run, the loop nest shared by every set:
@@ -90,8 +97,12 @@ typedef struct ev_kernels {
     /* x[i] = exp(x[i] - max) in place; returns the sum of the results (softmax numerator). */
     float (*exp_sum_f32)(float *x, int64_t n, float max);
     void (*gelu_tanh_f32)(float *x, int64_t n);                          /* in place */
-    /* Activation quantisation for Q8_0/Q4_0 weights; bit-identical to ev_quantize_row_q8_0. */
+    /* Activation quantisation for Q8_0/Q4_0/IQ4_NL weights; bit-identical to
+     * ev_quantize_row_q8_0. */
     void (*quantize_q8_0)(const float *x, ev_block_q8_0 *y, int64_t n);
+    /* Activation quantisation for the K-quants and IQ4_XS; bit-identical to
+     * ev_quantize_row_q8_K (only the scalar one so far). */
+    void (*quantize_q8_K)(const float *x, ev_block_q8_K *y, int64_t n);
     /* Register-blocked matrix products by weight type (many tokens per weight block decoded);
      * NULL: ev_matmul runs vec_dot over every (token, row) pair. */
     ev_gemm_fn gemm[EV_TYPE_MAX + 1];
@@ -117,16 +128,27 @@ typedef struct ev_kernels {
 
 /* From this many tokens on, ev_matmul multiplies float32 activations with the dequantised
  * weights (prefill chunks, the ViT), or integer activations with integer dot products where
- * the kernel set has gemm_q16x / gemm_q8x, or bf16-rounded ones where it has gemm_bf16x; below it, decode-sized products run against Q8_0 activations for
- * Q8_0/Q4_0 weights (ggml's arithmetic, memory-bound anyway). */
+ * the kernel set has gemm_q16x / gemm_q8x, or bf16-rounded ones where it has gemm_bf16x;
+ * below it, decode-sized products of quantised weights run against activations quantised to
+ * the weight type's vec_dot_type (Q8_0 or Q8_K: ggml's arithmetic, memory-bound anyway). */
 #define EV_MATMUL_FLOAT_MIN_TOK 16
-/* Sets with integer products (gemm_q16x / gemm_q8x) use them for Q8_0/Q4_0 weights from this
+/* Sets with integer products (gemm_q16x / gemm_q8x, only ever for weights whose vec_dot_type
+ * is Q8_0: their activations are Q8_0-shaped blocks of 32) use them from this
  * many tokens on: the weights are read once either way, and the integer micro-kernel beats
  * the few-token tiles from 4 tokens (a 14-token chat prompt on the 2B Q8_0 model: 443 ms with
  * the tiles, 357 ms for 16 tokens through gemm_q16x, AVX-512 host, 2026-12-01). */
 #define EV_MATMUL_INT_MIN_TOK 4
 
 const ev_kernels *ev_kernels_scalar(void);
+/* The scalar set's dot products of the K-quants and IQ4 (kernels_scalar_k.c): ggml's generic
+ * kernels, float operation for float operation. */
+void ev_vec_dot_q2_K_q8_K(int64_t n, float *out, const void *w_row, const void *x_row);
+void ev_vec_dot_q3_K_q8_K(int64_t n, float *out, const void *w_row, const void *x_row);
+void ev_vec_dot_q4_K_q8_K(int64_t n, float *out, const void *w_row, const void *x_row);
+void ev_vec_dot_q5_K_q8_K(int64_t n, float *out, const void *w_row, const void *x_row);
+void ev_vec_dot_q6_K_q8_K(int64_t n, float *out, const void *w_row, const void *x_row);
+void ev_vec_dot_iq4_nl_q8_0(int64_t n, float *out, const void *w_row, const void *x_row);
+void ev_vec_dot_iq4_xs_q8_K(int64_t n, float *out, const void *w_row, const void *x_row);
 /* A SIMD set is assembled as out = base (the scalar set, or a set derived from it) with every
  * non-NULL entry of own put in its place: an entry a set does not implement runs base's
  * kernel (kernels_dispatch.c). */
@@ -152,9 +174,10 @@ const ev_kernels *ev_kernels_arm_neon_plain(void);  /* NEON without SDOT (tests,
  * scratch: at least ev_matmul_scratch_bytes(wtype, n_in, n_tok, threads of the pool) bytes,
  * 64-byte aligned (the quantised activations of decode-sized products, or the per-thread
  * packing buffers of many-token ones). Threads split the output rows.
- * Q8_0/Q4_0 weights: fewer than EV_MATMUL_FLOAT_MIN_TOK tokens run against Q8_0-quantised
- * activations, more against the float32 activations (see gemm_dq), or against int16 / Q8_0
- * ones where the kernel set has gemm_q16x / gemm_q8x. */
+ * Quantised weights: fewer than EV_MATMUL_FLOAT_MIN_TOK tokens run against the activations
+ * quantised to the weight type's vec_dot_type (Q8_0 for Q8_0/Q4_0/IQ4_NL, Q8_K for the
+ * K-quants and IQ4_XS), more against the float32 activations (see gemm_dq), or, for Q8_0/Q4_0,
+ * against int16 / Q8_0 ones where the kernel set has gemm_q16x / gemm_q8x. */
 /* Never skips silently: a kernel k lacks for wtype (a hand-made set with NULL entries) runs
  * the scalar set's. Returns 0, or -1 for arguments no set can multiply (a type outside the
  * type table, n_in not whole blocks, a NULL operand, a size <= 0); y (when it and the sizes

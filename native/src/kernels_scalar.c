@@ -4,7 +4,8 @@
  *
  * Numerics follow ggml's generic kernels: float weights accumulate in double; Q8_0/Q4_0
  * weights against Q8_0 activations sum each 32-element block exactly in int32 and add
- * sumi * (d_w * d_x) to a float total.
+ * sumi * (d_w * d_x) to a float total; the K-quants and IQ4 (kernels_scalar_k.c) compute what
+ * ggml's generic kernels for them compute.
  */
 #include "kernels.h"
 
@@ -88,7 +89,7 @@ static void axpy_f16_f32(int64_t n, float a, const ev_fp16 *x, float *y) {
 
 /* ---- the many-token product on float32 activations ------------------------------------- */
 
-#define DQ_CHUNK 256   /* columns dequantised at a time (a multiple of 32) */
+#define DQ_CHUNK 256   /* columns dequantised at a time (a multiple of every block size) */
 
 static void gemm_dq(const ev_gemm_args *a, int64_t r0, int64_t r1) {
     const ev_type_traits *t = ev_type_get(a->w_type);
@@ -140,6 +141,13 @@ static const ev_kernels SCALAR_OWN = {
         [EV_TYPE_BF16] = vec_dot_bf16,
         [EV_TYPE_Q8_0] = vec_dot_q8_0,
         [EV_TYPE_Q4_0] = vec_dot_q4_0,
+        [EV_TYPE_Q2_K] = ev_vec_dot_q2_K_q8_K,     /* kernels_scalar_k.c */
+        [EV_TYPE_Q3_K] = ev_vec_dot_q3_K_q8_K,
+        [EV_TYPE_Q4_K] = ev_vec_dot_q4_K_q8_K,
+        [EV_TYPE_Q5_K] = ev_vec_dot_q5_K_q8_K,
+        [EV_TYPE_Q6_K] = ev_vec_dot_q6_K_q8_K,
+        [EV_TYPE_IQ4_NL] = ev_vec_dot_iq4_nl_q8_0,
+        [EV_TYPE_IQ4_XS] = ev_vec_dot_iq4_xs_q8_K,
     },
     .dot_f32 = dot_f32,
     .axpy_f32 = axpy_f32,
@@ -149,6 +157,7 @@ static const ev_kernels SCALAR_OWN = {
     .exp_sum_f32 = exp_sum_f32,
     .gelu_tanh_f32 = ev_gelu_tanh,
     .quantize_q8_0 = ev_quantize_row_q8_0,
+    .quantize_q8_K = ev_quantize_row_q8_K,
     .gemm = {0},   /* ev_matmul's generic loop over vec_dot */
 };
 

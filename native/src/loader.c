@@ -39,7 +39,7 @@ int ev_load_tensor(ev_loader *L, ev_tensor *out, const char *name, int64_t ne0, 
     }
     const ev_type_traits *tr = ev_type_get(t->type);
     if (!tr || (!is_matrix && t->type != EV_TYPE_F32)) {
-        char types[96];
+        char types[160];
         ev_errf(L->err, L->err_len, "%s file: tensor '%s' has type %d, which edgevlm does not "
                 "support here (matrices: %s; vectors: F32)", L->file_label, name, (int)t->type,
                 ev_type_list(types, sizeof types));
@@ -51,10 +51,28 @@ int ev_load_tensor(ev_loader *L, ev_tensor *out, const char *name, int64_t ne0, 
                 tr->name, tr->block_size);
         return 0;
     }
+    if (is_matrix && !ev_load_check_scales(L, name, t->type, t->data, want1, ne0)) return 0;
     out->data = t->data;
     out->type = t->type;
     for (int i = 0; i < 4; i++) out->ne[i] = t->ne[i];
     return 1;
+}
+
+int ev_load_check_scales(ev_loader *L, const char *name, int32_t type, const void *data,
+                         int64_t n_rows, int64_t row_len) {
+    const ev_type_traits *tr = ev_type_get(type);
+    const int64_t per_row = row_len / tr->block_size;
+    const int64_t bad = ev_first_nonfinite_scale(type, data, per_row * n_rows);
+    if (bad < 0) return 1;
+    char upper[16];
+    size_t i = 0;
+    for (; tr->name[i] && i + 1 < sizeof upper; i++)
+        upper[i] = (char)(tr->name[i] >= 'a' && tr->name[i] <= 'z' ? tr->name[i] - 'a' + 'A' : tr->name[i]);
+    upper[i] = '\0';
+    ev_errf(L->err, L->err_len, "%s file: tensor '%s' (%s) has a NaN or infinite scale in "
+            "block %lld of row %lld: the file is damaged", L->file_label, name, upper,
+            (long long)(bad % per_row), (long long)(bad / per_row));
+    return 0;
 }
 
 int ev_load_positive(ev_loader *L, const char *what, int64_t v, int64_t max) {

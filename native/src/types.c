@@ -1,6 +1,7 @@
 /*
  * types.c - the element-type table (ggml ids and block layouts), half/bfloat16 conversions,
- * row dequantisation and llama.cpp's reference quantisers.
+ * row dequantisation and llama.cpp's reference quantisers of Q8_0/Q4_0 (the K-quants and IQ4
+ * are in quants_k.c and quants_iq4.c).
  *
  * The conversions here are the exact scalar reference: round to nearest even, subnormals,
  * infinities and NaNs handled bit for bit. SIMD paths elsewhere are tested against them.
@@ -10,6 +11,7 @@
 #include "util.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 /* ---- half and bfloat16 ---------------------------------------------------------------- */
@@ -139,21 +141,76 @@ static void q4_0_from_float(const float *src, void *dst, int64_t n) {
     ev_quantize_row_q4_0(src, dst, n);
 }
 
+/* the K-quants, IQ4 and Q8_K through the table's untyped signatures */
+#define UNTYPED_ROW_FUNCS(suffix, block)                                                   \
+    static void suffix##_to_float(const void *src, float *dst, int64_t n) {                \
+        ev_dequantize_row_##suffix((const block *)src, dst, n);                            \
+    }                                                                                      \
+    static void suffix##_from_float(const float *src, void *dst, int64_t n) {              \
+        ev_quantize_row_##suffix(src, (block *)dst, n);                                    \
+    }
+UNTYPED_ROW_FUNCS(q2_K, ev_block_q2_K)
+UNTYPED_ROW_FUNCS(q3_K, ev_block_q3_K)
+UNTYPED_ROW_FUNCS(q4_K, ev_block_q4_K)
+UNTYPED_ROW_FUNCS(q5_K, ev_block_q5_K)
+UNTYPED_ROW_FUNCS(q6_K, ev_block_q6_K)
+UNTYPED_ROW_FUNCS(iq4_nl, ev_block_iq4_nl)
+UNTYPED_ROW_FUNCS(iq4_xs, ev_block_iq4_xs)
+UNTYPED_ROW_FUNCS(q8_K, ev_block_q8_K)
+#undef UNTYPED_ROW_FUNCS
+
 /* ---- the table ------------------------------------------------------------------------ */
 
+#define NO_SCALES {-1, -1}
+#define SCALE_D(block) {(int32_t)offsetof(block, d), -1}
+#define SCALES_D_DMIN(block) {(int32_t)offsetof(block, d), (int32_t)offsetof(block, dmin)}
+#define BLOCK(block) (int32_t)sizeof(block)
+
 static const ev_type_traits TYPES[] = {
-    {EV_TYPE_F32, "f32", 1, 4, 0, f32_to_float, f32_from_float},
-    {EV_TYPE_F16, "f16", 1, 2, 0, f16_to_float, f16_from_float},
-    {EV_TYPE_BF16, "bf16", 1, 2, 0, bf16_to_float, bf16_from_float},
-    {EV_TYPE_Q8_0, "q8_0", EV_QK, (int32_t)sizeof(ev_block_q8_0), 1, q8_0_to_float,
-     q8_0_from_float},
-    {EV_TYPE_Q4_0, "q4_0", EV_QK, (int32_t)sizeof(ev_block_q4_0), 1, q4_0_to_float,
-     q4_0_from_float},
+    {EV_TYPE_F32, "f32", 1, 4, EV_TYPE_F32, NO_SCALES, f32_to_float, f32_from_float},
+    {EV_TYPE_F16, "f16", 1, 2, EV_TYPE_F32, NO_SCALES, f16_to_float, f16_from_float},
+    {EV_TYPE_BF16, "bf16", 1, 2, EV_TYPE_F32, NO_SCALES, bf16_to_float, bf16_from_float},
+    {EV_TYPE_Q8_0, "q8_0", EV_QK, BLOCK(ev_block_q8_0), EV_TYPE_Q8_0, SCALE_D(ev_block_q8_0),
+     q8_0_to_float, q8_0_from_float},
+    {EV_TYPE_Q4_0, "q4_0", EV_QK, BLOCK(ev_block_q4_0), EV_TYPE_Q8_0, SCALE_D(ev_block_q4_0),
+     q4_0_to_float, q4_0_from_float},
+    {EV_TYPE_Q2_K, "q2_K", EV_QK_K, BLOCK(ev_block_q2_K), EV_TYPE_Q8_K,
+     SCALES_D_DMIN(ev_block_q2_K), q2_K_to_float, q2_K_from_float},
+    {EV_TYPE_Q3_K, "q3_K", EV_QK_K, BLOCK(ev_block_q3_K), EV_TYPE_Q8_K, SCALE_D(ev_block_q3_K),
+     q3_K_to_float, q3_K_from_float},
+    {EV_TYPE_Q4_K, "q4_K", EV_QK_K, BLOCK(ev_block_q4_K), EV_TYPE_Q8_K,
+     SCALES_D_DMIN(ev_block_q4_K), q4_K_to_float, q4_K_from_float},
+    {EV_TYPE_Q5_K, "q5_K", EV_QK_K, BLOCK(ev_block_q5_K), EV_TYPE_Q8_K,
+     SCALES_D_DMIN(ev_block_q5_K), q5_K_to_float, q5_K_from_float},
+    {EV_TYPE_Q6_K, "q6_K", EV_QK_K, BLOCK(ev_block_q6_K), EV_TYPE_Q8_K, SCALE_D(ev_block_q6_K),
+     q6_K_to_float, q6_K_from_float},
+    {EV_TYPE_IQ4_NL, "iq4_nl", EV_QK, BLOCK(ev_block_iq4_nl), EV_TYPE_Q8_0,
+     SCALE_D(ev_block_iq4_nl), iq4_nl_to_float, iq4_nl_from_float},
+    {EV_TYPE_IQ4_XS, "iq4_xs", EV_QK_K, BLOCK(ev_block_iq4_xs), EV_TYPE_Q8_K,
+     SCALE_D(ev_block_iq4_xs), iq4_xs_to_float, iq4_xs_from_float},
 };
 #define N_TYPES ((int)(sizeof TYPES / sizeof TYPES[0]))
 
+/* the formats dot products take their activations in (ev_act_type_get) */
+static const ev_type_traits ACT_TYPES[] = {
+    {EV_TYPE_F32, "f32", 1, 4, EV_TYPE_F32, NO_SCALES, f32_to_float, f32_from_float},
+    {EV_TYPE_Q8_0, "q8_0", EV_QK, BLOCK(ev_block_q8_0), EV_TYPE_Q8_0, NO_SCALES, q8_0_to_float,
+     q8_0_from_float},
+    {EV_TYPE_Q8_K, "q8_K", EV_QK_K, BLOCK(ev_block_q8_K), EV_TYPE_Q8_K, NO_SCALES, q8_K_to_float,
+     q8_K_from_float},
+};
+#define N_ACT_TYPES ((int)(sizeof ACT_TYPES / sizeof ACT_TYPES[0]))
+
 _Static_assert(sizeof(ev_block_q8_0) == 34, "Q8_0 block is 34 bytes");
 _Static_assert(sizeof(ev_block_q4_0) == 18, "Q4_0 block is 18 bytes");
+_Static_assert(sizeof(ev_block_iq4_nl) == 18, "IQ4_NL block is 18 bytes");
+_Static_assert(sizeof(ev_block_q2_K) == 84, "Q2_K block is 84 bytes");
+_Static_assert(sizeof(ev_block_q3_K) == 110, "Q3_K block is 110 bytes");
+_Static_assert(sizeof(ev_block_q4_K) == 144, "Q4_K block is 144 bytes");
+_Static_assert(sizeof(ev_block_q5_K) == 176, "Q5_K block is 176 bytes");
+_Static_assert(sizeof(ev_block_q6_K) == 210, "Q6_K block is 210 bytes");
+_Static_assert(sizeof(ev_block_iq4_xs) == 136, "IQ4_XS block is 136 bytes");
+_Static_assert(sizeof(ev_block_q8_K) == 292, "Q8_K block is 292 bytes");
 
 int ev_type_count(void) {
     return N_TYPES;
@@ -166,6 +223,12 @@ const ev_type_traits *ev_type_at(int i) {
 const ev_type_traits *ev_type_get(int32_t type) {
     for (int i = 0; i < N_TYPES; i++)
         if (TYPES[i].type == type) return &TYPES[i];
+    return NULL;
+}
+
+const ev_type_traits *ev_act_type_get(int32_t type) {
+    for (int i = 0; i < N_ACT_TYPES; i++)
+        if (ACT_TYPES[i].type == type) return &ACT_TYPES[i];
     return NULL;
 }
 
@@ -185,6 +248,25 @@ int64_t ev_row_bytes(int32_t type, int64_t n) {
     int64_t blocks = n / t->block_size;
     if (blocks > INT64_MAX / t->type_size) return 0;
     return blocks * t->type_size;
+}
+
+/* a half whose exponent bits are all ones: infinity or NaN */
+static int fp16_is_nonfinite(ev_fp16 h) {
+    return (h & 0x7c00u) == 0x7c00u;
+}
+
+int64_t ev_first_nonfinite_scale(int32_t type, const void *data, int64_t n_blocks) {
+    const ev_type_traits *t = ev_type_get(type);
+    if (!t || t->scale_at[0] < 0) return -1;
+    const uint8_t *block = data;
+    for (int64_t b = 0; b < n_blocks; b++, block += t->type_size) {
+        for (int s = 0; s < 2 && t->scale_at[s] >= 0; s++) {
+            ev_fp16 h;
+            memcpy(&h, block + t->scale_at[s], sizeof h);
+            if (fp16_is_nonfinite(h)) return b;
+        }
+    }
+    return -1;
 }
 
 /* ---- reference quantisers (llama.cpp's quantize_row_*_ref) ----------------------------- */

@@ -50,6 +50,9 @@ typedef struct operands {
     float *wf;                       /* [n_out][n_in] the weights dequantised */
     float *x;                        /* [n_tok][n_in] float activations */
     float *xr;                       /* [n_tok][n_in] x as a kernel rounded it (scratch) */
+    uint8_t *xa;                     /* [n_tok][xa_stride] x in the type's vec_dot_type (Q8_0
+                                        or Q8_K blocks; float types: unused) */
+    int64_t xa_stride;
     ev_block_q8_0 *xq;               /* [n_tok][nb] Q8_0 activations */
     float *xq_scale;                 /* [n_tok][nb] their scales */
     int32_t *xq_sum;                 /* [n_tok][nb] their block sums */
@@ -68,6 +71,9 @@ static void ops_new(operands *o, int32_t type, int64_t n_out, int64_t n_in, int6
     o->wf = malloc(sizeof(float) * (size_t)(n_out * n_in));
     o->x = malloc(sizeof(float) * (size_t)(n_tok * n_in));
     o->xr = malloc(sizeof(float) * (size_t)(n_tok * n_in));
+    const ev_type_traits *act = ev_act_type_get(tr->vec_dot_type);
+    o->xa_stride = n_in / act->block_size * act->type_size;
+    o->xa = malloc((size_t)(o->xa_stride * n_tok) + 1);
     o->xq = malloc(sizeof(ev_block_q8_0) * (size_t)(n_tok * nb));
     o->xq_scale = malloc(sizeof(float) * (size_t)(n_tok * nb));
     o->xq_sum = malloc(sizeof(int32_t) * (size_t)(n_tok * nb));
@@ -84,8 +90,10 @@ static void ops_new(operands *o, int32_t type, int64_t n_out, int64_t n_in, int6
     }
     fill(o->x, n_tok * n_in, 2.0f);
     fill(o->bias, n_out, 1.0f);
-    for (int64_t t = 0; t < n_tok && tr->quantized; t++) {
-        ev_block_q8_0 *q = o->xq + t * o->nb;
+    for (int64_t t = 0; t < n_tok && act->type != EV_TYPE_F32; t++)
+        act->from_float(o->x + t * n_in, o->xa + t * o->xa_stride, n_in);
+    for (int64_t t = 0; t < n_tok && act->type != EV_TYPE_F32; t++) {
+        ev_block_q8_0 *q = o->xq + t * o->nb;   /* Q8_0 forms (for the integer products) */
         ev_quantize_row_q8_0(o->x + t * n_in, q, n_in);
         for (int64_t b = 0; b < o->nb; b++) {
             o->xq_scale[t * o->nb + b] = ev_fp16_to_f32(q[b].d);
@@ -97,7 +105,7 @@ static void ops_new(operands *o, int32_t type, int64_t n_out, int64_t n_in, int6
 }
 
 static void ops_free(operands *o) {
-    void *p[] = {o->w, o->wf, o->x, o->xr, o->xq, o->xq_scale, o->xq_sum, o->x16,
+    void *p[] = {o->w, o->wf, o->x, o->xr, o->xa, o->xq, o->xq_scale, o->xq_sum, o->x16,
                  o->x16_scale, o->bias, o->pack, o->y, o->y_ref};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
 }
@@ -142,6 +150,13 @@ static void ref_rows(const operands *o, const void *x, int64_t x_stride) {
         }
 }
 
+/* xr = xa dequantised (act: the type's activation format) */
+static void xa_as_float(const operands *o, const ev_type_traits *act) {
+    for (int64_t t = 0; t < o->n_tok; t++)
+        act->to_float(o->xa + t * o->xa_stride, o->xr + t * o->n_in, o->n_in);
+}
+
+/* xr = the Q8_0 activations dequantised */
 static void xq_as_float(const operands *o) {
     for (int64_t t = 0; t < o->n_tok; t++)
         ev_row_to_f32(EV_TYPE_Q8_0, o->xq + t * o->nb, o->xr + t * o->n_in, o->n_in);
@@ -155,12 +170,14 @@ static int check_kernels(const ev_kernels *k, operands *o, int *ran) {
     const int32_t ty = o->type;
     const int64_t fstride = o->n_in * (int64_t)sizeof(float);
     const int64_t qstride = o->nb * (int64_t)sizeof(ev_block_q8_0);
-    const void *xd = tr->quantized ? (const void *)o->xq : o->x;   /* vec_dot / gemm operand */
-    const int64_t xd_stride = tr->quantized ? qstride : fstride;
+    const ev_type_traits *act = ev_act_type_get(tr->vec_dot_type);
+    const int quantized = act->type != EV_TYPE_F32, q8_0_act = act->type == EV_TYPE_Q8_0;
+    const void *xd = quantized ? (const void *)o->xa : o->x;   /* vec_dot / gemm operand */
+    const int64_t xd_stride = quantized ? o->xa_stride : fstride;
     ev_gemm_args a;
     int bad = 0;
-    if (tr->quantized) xq_as_float(o);
-    const float *xd_f = tr->quantized ? o->xr : o->x;
+    if (quantized) xa_as_float(o, act);
+    const float *xd_f = quantized ? o->xr : o->x;
 
     /* vec_dot */
     ref_rows(o, xd, xd_stride);
@@ -175,7 +192,7 @@ static int check_kernels(const ev_kernels *k, operands *o, int *ran) {
 
     /* gemm (few tokens): the same operands as vec_dot */
     if (k->gemm[ty]) {
-        a = args(o, xd, xd_stride, tr->quantized ? o->xq_scale : NULL, NULL, o->y);
+        a = args(o, xd, xd_stride, q8_0_act ? o->xq_scale : NULL, NULL, o->y);
         k->gemm[ty](&a, 0, o->n_out);
         bad += compare(o, xd_f), ++*ran;
     }
@@ -188,7 +205,8 @@ static int check_kernels(const ev_kernels *k, operands *o, int *ran) {
     bad += compare(o, o->x), ++*ran;
 
     /* gemm_q8x: Q8_0 activations with their sums, against the scalar vec_dot */
-    if (tr->quantized && k->gemm_q8x[ty]) {
+    if (q8_0_act && k->gemm_q8x[ty]) {
+        xq_as_float(o);
         ref_rows(o, o->xq, qstride);
         a = args(o, o->xq, qstride, o->xq_scale, o->xq_sum, o->y);
         k->gemm_q8x[ty](&a, 0, o->n_out);
@@ -197,7 +215,7 @@ static int check_kernels(const ev_kernels *k, operands *o, int *ran) {
 
     /* gemm_q16x: int16 activations (the set's quantize_i16), against the scalar gemm_dq on
      * those activations dequantised */
-    if (tr->quantized && k->gemm_q16x[ty] && k->quantize_i16) {
+    if (q8_0_act && k->gemm_q16x[ty] && k->quantize_i16) {
         for (int64_t t = 0; t < o->n_tok; t++) {
             k->quantize_i16(o->x + t * o->n_in, o->x16 + t * o->nb * 32, o->x16_scale + t * o->nb,
                             o->n_in);
@@ -231,24 +249,44 @@ static void test_tables_complete(const ev_kernels *sets[], int n_sets) {
         const ev_type_traits *tr = ev_type_at(i);
         CHECK_MSG(tr->type >= 0 && tr->type <= EV_TYPE_MAX && ev_type_get(tr->type) == tr,
                   "type table entry %d (%s): id %d", i, tr->name, (int)tr->type);
-        for (int si = 0; si < n_sets; si++)
-            CHECK_MSG(sets[si]->vec_dot[tr->type] && sets[si]->gemm_dq[tr->type],
-                      "%s has no vec_dot / gemm_dq for %s", sets[si]->name, tr->name);
+        for (int si = 0; si < n_sets; si++) {
+            const ev_kernels *k = sets[si];
+            CHECK_MSG(k->vec_dot[tr->type] && k->gemm_dq[tr->type],
+                      "%s has no vec_dot / gemm_dq for %s", k->name, tr->name);
+            /* no set claims a kernel of the wrong activation format: the integer products
+             * take Q8_0-shaped activations, the bf16 one BF16 weights */
+            CHECK_MSG(tr->vec_dot_type == EV_TYPE_Q8_0 || (!k->gemm_q16x[tr->type] &&
+                                                           !k->gemm_q8x[tr->type]),
+                      "%s has an integer product for %s, whose dots take %s", k->name,
+                      tr->name, ev_act_type_get(tr->vec_dot_type)->name);
+            CHECK_MSG(tr->type == EV_TYPE_BF16 || !k->gemm_bf16x[tr->type],
+                      "%s has a bf16 product for %s", k->name, tr->name);
+            /* the register-blocked few-token kernels of the SIMD sets exist for the five
+             * types they were written for; the K-quants and IQ4 run vec_dot until then */
+            if (tr->type != EV_TYPE_F32 && tr->type != EV_TYPE_F16 && tr->type != EV_TYPE_BF16 &&
+                tr->type != EV_TYPE_Q8_0 && tr->type != EV_TYPE_Q4_0)
+                CHECK_MSG(!k->gemm[tr->type] && k->vec_dot[tr->type] == ev_kernels_scalar()->vec_dot[tr->type],
+                          "%s claims a SIMD kernel for %s: test it against the scalar one here",
+                          k->name, tr->name);
+        }
     }
     for (int si = 0; si < n_sets; si++) {
         const ev_kernels *k = sets[si];
         CHECK_MSG(k->name && k->dot_f32 && k->axpy_f32 && k->dot_f16_f32 && k->axpy_f16_f32 &&
-                  k->sgemm_f32 && k->exp_sum_f32 && k->gelu_tanh_f32 && k->quantize_q8_0,
+                  k->sgemm_f32 && k->exp_sum_f32 && k->gelu_tanh_f32 && k->quantize_q8_0 &&
+                  k->quantize_q8_K,
                   "%s lacks a shared helper", k->name);
     }
-    char buf[96];
-    CHECK(strcmp(ev_type_list(buf, sizeof buf), "F32, F16, BF16, Q8_0, Q4_0") == 0);
+    char buf[128];
+    CHECK(strcmp(ev_type_list(buf, sizeof buf),
+                 "F32, F16, BF16, Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS") == 0);
     CHECK(ev_type_get(3) == NULL && ev_type_get(-1) == NULL && ev_type_at(ev_type_count()) == NULL);
 }
 
 static void test_every_kernel_against_scalar(const ev_kernels *sets[], int n_sets) {
     const struct { int64_t n_out, n_in, n_tok; } shapes[] = {
-        {37, 96, 3}, {21, 2112, 5}, {40, 288, 19}, {17, 37, 6}};   /* the last: floats only */
+        {37, 96, 3}, {21, 2112, 5}, {40, 288, 19}, {17, 37, 6},   /* {17, 37}: floats only */
+        {23, 768, 5}, {19, 512, 17}};   /* the 256-element blocks too */
     for (int si = 0; si < n_sets; si++) {
         int ran = 0;
         for (int ti = 0; ti < ev_type_count(); ti++) {
@@ -283,7 +321,8 @@ static void test_derive_fills_from_base(const ev_kernels *best) {
         if (t != EV_TYPE_F32) CHECK(k.vec_dot[t] == s->vec_dot[t]);
         CHECK(k.gemm_dq[t] == s->gemm_dq[t] && k.gemm[t] == s->gemm[t]);
     }
-    CHECK(k.sgemm_f32 == s->sgemm_f32 && k.quantize_q8_0 == s->quantize_q8_0);
+    CHECK(k.sgemm_f32 == s->sgemm_f32 && k.quantize_q8_0 == s->quantize_q8_0 &&
+          k.quantize_q8_K == s->quantize_q8_K);
     ev_kernels_derive(&k, best, &(ev_kernels){.name = "copy"});
     CHECK(k.vec_dot[EV_TYPE_Q8_0] == best->vec_dot[EV_TYPE_Q8_0] &&
           k.gemm_q16x[EV_TYPE_Q8_0] == best->gemm_q16x[EV_TYPE_Q8_0] &&
@@ -303,6 +342,7 @@ static void test_matmul_missing_entries(const ev_kernels *best) {
         holes.gemm[ty] = holes.gemm_dq[ty] = holes.gemm_q16x[ty] = NULL;
         holes.gemm_q8x[ty] = holes.gemm_bf16x[ty] = NULL;
         holes.quantize_q8_0 = NULL;
+        holes.quantize_q8_K = NULL;
         const int64_t toks[] = {1, 3, 5, 20};
         for (size_t ki = 0; ki < sizeof toks / sizeof toks[0]; ki++) {
             operands o;

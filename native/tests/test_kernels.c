@@ -54,7 +54,7 @@ static int32_t type_at(int i) {
 static void ref_dot(int32_t type, const void *w, const void *x, int64_t n, double *val, double *mag) {
     float *wf = malloc((size_t)n * sizeof(float)), *xf = malloc((size_t)n * sizeof(float));
     ev_row_to_f32(type, w, wf, n);
-    ev_row_to_f32(ev_type_get(type)->quantized ? EV_TYPE_Q8_0 : EV_TYPE_F32, x, xf, n);
+    ev_act_type_get(ev_type_get(type)->vec_dot_type)->to_float(x, xf, n);
     double v = 0, m = 0;
     for (int64_t i = 0; i < n; i++) {
         v += (double)wf[i] * xf[i];
@@ -82,14 +82,15 @@ static void vec_dot_simd_vs_scalar(const ev_kernels *k) {
             if (n % tr->block_size) continue;
             void *w = malloc((size_t)ev_row_bytes(type, n));
             float *xf = malloc((size_t)n * sizeof(float));
-            void *xq = malloc((size_t)(n / 32 + 1) * sizeof(ev_block_q8_0));
+            const ev_type_traits *act = ev_act_type_get(tr->vec_dot_type);
+            void *xq = malloc((size_t)(n / act->block_size + 1) * (size_t)act->type_size);
             int bad = 0;
             for (int rep = 0; rep < 20; rep++) {
                 make_weights(type, w, 1, n);
                 fill(xf, n, 3.0f);
                 const void *x = xf;
-                if (tr->quantized) {
-                    ev_quantize_row_q8_0(xf, xq, n);
+                if (tr->vec_dot_type != EV_TYPE_F32) {
+                    act->from_float(xf, xq, n);
                     x = xq;
                 }
                 float a, b;
@@ -276,7 +277,8 @@ static int check_matmul(ev_pool *pool, const ev_kernels *k, int32_t type, int64_
     float *x = malloc((size_t)(n_in * n_tok) * 4), *y = malloc((size_t)(n_out * n_tok) * 4);
     float *bias = malloc((size_t)n_out * 4), *wf = malloc((size_t)n_in * 4);
     float *xf = malloc((size_t)n_in * 4);
-    ev_block_q8_0 *xq = malloc((size_t)(n_in / 32 + 1) * sizeof(ev_block_q8_0));
+    const ev_type_traits *act = ev_act_type_get(ev_type_get(type)->vec_dot_type);
+    void *xq = malloc((size_t)(n_in / act->block_size + 1) * (size_t)act->type_size);
     size_t sb = ev_matmul_scratch_bytes(type, n_in, n_tok, pool ? ev_pool_n_threads(pool) : 1);
     void *scratch = sb ? aligned_alloc(64, (sb + 63) / 64 * 64) : NULL;
     make_weights(type, w, n_out, n_in);
@@ -285,9 +287,9 @@ static int check_matmul(ev_pool *pool, const ev_kernels *k, int32_t type, int64_
     for (int64_t i = 0; i < n_out * n_tok; i++) y[i] = NAN;     /* every output is written */
     ev_matmul(pool, k, type, w, with_bias ? bias : NULL, n_out, n_in, x, n_tok, y, scratch);
     int bad = 0;
-    /* decode-sized products with quantised weights quantise the activations to Q8_0, and so
-     * do many-token ones in a kernel set with gemm_q8x */
-    const int quantized = ev_type_get(type)->quantized, int_path = n_tok >= EV_MATMUL_INT_MIN_TOK;
+    /* decode-sized products with quantised weights quantise the activations to the type's
+     * vec_dot_type (Q8_0, Q8_K), and so do many-token ones in a kernel set with gemm_q8x */
+    const int quantized = act->type != EV_TYPE_F32, int_path = n_tok >= EV_MATMUL_INT_MIN_TOK;
     const int q8x = quantized && int_path && k->gemm_q8x[type] != NULL;
     const int q16x = quantized && int_path && !q8x && k->gemm_q16x[type] != NULL;
     const int quant = quantized && (q8x || (!q16x && n_tok < EV_MATMUL_FLOAT_MIN_TOK));
@@ -298,8 +300,8 @@ static int check_matmul(ev_pool *pool, const ev_kernels *k, int32_t type, int64_
          * from EV_MATMUL_FLOAT_MIN_TOK tokens on the float activations themselves, unless
          * gemm_q8x, gemm_q16x or gemm_bf16x runs */
         if (quant) {
-            ev_quantize_row_q8_0(x + t * n_in, xq, n_in);
-            ev_row_to_f32(EV_TYPE_Q8_0, xq, xf, n_in);
+            act->from_float(x + t * n_in, xq, n_in);
+            act->to_float(xq, xf, n_in);
         } else if (q16x) {    /* gemm_q16x: int16 blocks of 32, d = amax / 32767 */
             round_i16(x + t * n_in, xf, n_in);
         } else if (bf16x) {   /* gemm_bf16x rounds the activations to bf16 */
@@ -338,11 +340,14 @@ static void test_matmul_against_double_reference(void) {
     const int64_t toks[] = {1, 3, 5, 17, 64, 101, 250};
     const struct { int64_t n_out, n_in; } shapes[] = {
         {1, 32}, {5, 64}, {37, 96}, {64, 256}, {130, 2112}, {20, 6144},
-        {1100, 288}};   /* more rows than EV_GEMM_NC on one thread, a K tail of 32 */
+        {1100, 288},    /* more rows than EV_GEMM_NC on one thread, a K tail of 32 */
+        {40, 768},      /* 256-element blocks: three K chunks of one super-block each */
+        {1030, 512}};   /* and more rows than EV_GEMM_NC */
     for (int si = 0; si < n_sets; si++) {
         for (int pi = 0; pi < 2; pi++) {
             for (int ti = 0; ti < ev_type_count(); ti++) {
                 for (size_t hi = 0; hi < sizeof shapes / sizeof shapes[0]; hi++) {
+                    if (shapes[hi].n_in % ev_type_at(ti)->block_size) continue;
                     for (size_t ki = 0; ki < sizeof toks / sizeof toks[0]; ki++) {
                         int64_t n_tok = toks[ki];
                         if (shapes[hi].n_in * shapes[hi].n_out * n_tok > 4000000 && si == 0)
@@ -361,7 +366,7 @@ static void test_matmul_against_double_reference(void) {
     }
     /* float weights with n_in not a multiple of the SIMD width */
     for (int ti = 0; ti < ev_type_count(); ti++) {
-        if (ev_type_at(ti)->quantized) continue;
+        if (ev_type_at(ti)->vec_dot_type != EV_TYPE_F32) continue;
         int bad = check_matmul(pools[1], sets[1], type_at(ti), 23, 37, 17, 1) +
                   check_matmul(pools[1], sets[1], type_at(ti), 9, 1001, 5, 0) +
                   check_matmul(pools[0], sets[0], type_at(ti), 9, 1001, 5, 0);
@@ -372,7 +377,7 @@ static void test_matmul_against_double_reference(void) {
      * (two y blocks), 17 blocks of K (chunks of 16 and 1) */
     for (int si = 1; si < n_sets; si++)
         for (int ti = 0; ti < ev_type_count(); ti++)
-            if (ev_type_at(ti)->quantized)   /* Q8_0, Q4_0 */
+            if (sets[si]->gemm_q16x[type_at(ti)] || sets[si]->gemm_q8x[type_at(ti)])
                 CHECK_MSG(check_matmul(pools[0], sets[si], type_at(ti), 500, 544, 250, 0) == 0,
                           "matmul %s %s 500x544 n_tok=250: y blocks x K chunks", sets[si]->name,
                           ev_type_get(type_at(ti))->name);
@@ -456,6 +461,12 @@ static void test_matmul_sets_agree_and_null_pool(void) {
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q8_0, 4096, 512, 2) >= 128 * 15 * 38);
     /* the many-token integer products' activations (int16 blocks + scales) after the packs */
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q8_0, 4096, 512, 2) >= 2 * pack + 128 * 512 * 68);
+    /* Q8_K-dot types: decode-sized products hold n_tok rows of n_in/256 Q8_K blocks (no
+     * integer products, so no packs below EV_MATMUL_FLOAT_MIN_TOK) */
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q4_K, 4096, 15, 2) >= 16 * 15 * 292 &&
+          ev_matmul_scratch_bytes(EV_TYPE_Q4_K, 4096, 15, 2) < pack);
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q6_K, 4096, 16, 2) == 2 * pack);
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q4_K, 4000, 1, 1) == SIZE_MAX);   /* not whole blocks */
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q4_0, 33, 1, 1) == SIZE_MAX);
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_F32, 64, 512, 0) == SIZE_MAX);
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q8_0, INT64_MAX / 64 * 32, 1 << 30, 1) == SIZE_MAX);

@@ -140,15 +140,16 @@ static void test_bf16(void) {
 }
 
 static void test_type_table(void) {
-    const struct { int32_t id; int32_t bs, ts, q; } want[] = {
-        {EV_TYPE_F32, 1, 4, 0}, {EV_TYPE_F16, 1, 2, 0}, {EV_TYPE_BF16, 1, 2, 0},
-        {EV_TYPE_Q8_0, 32, 34, 1}, {EV_TYPE_Q4_0, 32, 18, 1}};
+    const struct { int32_t id; int32_t bs, ts, act; } want[] = {
+        {EV_TYPE_F32, 1, 4, EV_TYPE_F32}, {EV_TYPE_F16, 1, 2, EV_TYPE_F32},
+        {EV_TYPE_BF16, 1, 2, EV_TYPE_F32}, {EV_TYPE_Q8_0, 32, 34, EV_TYPE_Q8_0},
+        {EV_TYPE_Q4_0, 32, 18, EV_TYPE_Q8_0}};   /* the K-quants and IQ4: test_kquants.c */
     CHECK(EV_TYPE_F32 == 0 && EV_TYPE_F16 == 1 && EV_TYPE_Q4_0 == 2 && EV_TYPE_Q8_0 == 8 &&
           EV_TYPE_BF16 == 30);
     for (int i = 0; i < 5; i++) {
         const ev_type_traits *t = ev_type_get(want[i].id);
         CHECK(t && t->block_size == want[i].bs && t->type_size == want[i].ts &&
-              t->quantized == want[i].q && t->to_float && t->name);
+              t->vec_dot_type == want[i].act && t->to_float && t->name);
     }
     CHECK(ev_type_get(3) == NULL && ev_type_get(-1) == NULL && ev_type_get(31) == NULL);
     CHECK(ev_row_bytes(EV_TYPE_Q8_0, 2048) == 64 * 34);

@@ -185,8 +185,14 @@ static int has_f16c(void) {
 static ev_kernels AVX2;
 static pthread_once_t built = PTHREAD_ONCE_INIT;
 
+/* the set's own kernels, and for the types it has no panel dequantiser of (the K-quants,
+ * IQ4) the many-token product dequantising through the type table into its panels */
 static void build(void) {
     ev_kernels_derive(&AVX2, ev_kernels_scalar(), &AVX2_OWN);
+    for (int i = 0; i < ev_type_count(); i++) {
+        const int32_t t = ev_type_at(i)->type;
+        if (!AVX2_OWN.gemm_dq[t]) AVX2.gemm_dq[t] = ev_avx2_gemm_dq_by_table;
+    }
 }
 
 const ev_kernels *ev_kernels_x86_avx2(void) {

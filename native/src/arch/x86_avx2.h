@@ -65,6 +65,8 @@ void ev_avx2_gemm_dq_f16(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx2_gemm_dq_bf16(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx2_gemm_dq_q8_0(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx2_gemm_dq_q4_0(const ev_gemm_args *a, int64_t r0, int64_t r1);
+/* any other type of the table (the K-quants, IQ4): its scalar to_float into the same panels */
+void ev_avx2_gemm_dq_by_table(const ev_gemm_args *a, int64_t r0, int64_t r1);
 
 /* the ViT's float kernels of x86_avx2_vit.c */
 void ev_avx2_sgemm_f32(int64_t m, int64_t n, int64_t k, float alpha, const float *a,

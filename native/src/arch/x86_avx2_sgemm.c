@@ -23,7 +23,9 @@
 #define PK_MR EV_GEMM_MR         /* tokens per micro-tile */
 #define PK_KC EV_GEMM_KC         /* columns per chunk, a multiple of the block size 32 */
 
-/* Columns [k0, k0 + kc) of one weight row as float32 into dst[kc]. k0 % 32 == 0. */
+/* Columns [k0, k0 + kc) of one weight row as float32 into dst[kc]; k0 and kc are whole
+ * blocks (EV_GEMM_KC chunks, kernels.h). Types without a SIMD dequantiser here (the K-quants,
+ * IQ4) go through the type table's scalar to_float. */
 EV_AVX2_INLINE void dq_row(const int type, const uint8_t *row, int64_t k0, int kc, float *dst) {
     int k = 0;
     switch (type) {
@@ -49,7 +51,7 @@ EV_AVX2_INLINE void dq_row(const int type, const uint8_t *row, int64_t k0, int k
         }
         return;
     }
-    default: {  /* EV_TYPE_Q4_0 */
+    case EV_TYPE_Q4_0: {
         const ev_block_q4_0 *b = (const ev_block_q4_0 *)row + k0 / EV_QK;
         for (; k < kc; k += EV_QK, b++) {
             const __m256 d = _mm256_set1_ps(avx2_fp16(b->d));
@@ -61,6 +63,11 @@ EV_AVX2_INLINE void dq_row(const int type, const uint8_t *row, int64_t k0, int k
                 _mm256_storeu_ps(dst + k + 8 * g, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
             }
         }
+        return;
+    }
+    default: {
+        const ev_type_traits *t = ev_type_get(type);
+        t->to_float(row + k0 / t->block_size * t->type_size, dst, (int64_t)kc);
         return;
     }
     }
@@ -233,5 +240,17 @@ PK_PACK(bf16, EV_TYPE_BF16)
 PK_PACK(q8_0, EV_TYPE_Q8_0)
 PK_PACK(q4_0, EV_TYPE_Q4_0)
 #undef PK_PACK
+
+/* the panel packer of any other type: dq_row's table path, the type read from the arguments */
+EV_AVX2 static void pk_pack_by_table(float *panel, const ev_gemm_args *a, int64_t r, int R,
+                                     int64_t k0, int kc) {
+    pk_pack(panel, a, a->w_type, r, R, k0, kc);
+}
+
+EV_AVX2 void ev_avx2_gemm_dq_by_table(const ev_gemm_args *a, int64_t r0, int64_t r1) {
+    static const ev_gemm_dq_ops ops = {pk_pack_by_table, {NULL, pk_tile_1, pk_tile_2, pk_tile_3,
+                                       pk_tile_4, pk_tile_5, pk_tile_6}, pk_pack_x};
+    ev_gemm_dq_run(a, r0, r1, &ops);
+}
 
 #endif

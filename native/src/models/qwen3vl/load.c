@@ -174,6 +174,9 @@ edgevlm_status ev_qwen3vl_load_vision(edgevlm_model *m, char *err, size_t err_le
                     (long long)p, (long long)p, (long long)c);
             return EDGEVLM_ERR_FORMAT;
         }
+        if (!ev_load_check_scales(&L, t ? "v.patch_embd.weight.1" : "v.patch_embd.weight",
+                                  pt->type, pt->data, c, 3 * p * p))
+            return EDGEVLM_ERR_FORMAT;
         w->patch_w[t] = (ev_tensor){pt->data, pt->type, {3 * p * p, c, 1, 1}};
     }
     const gguf_tensor *pe = gguf_find_tensor(f, "v.position_embd.weight");
