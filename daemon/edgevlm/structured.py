@@ -126,10 +126,10 @@ class TokenConstraint:
 
     def forced(self) -> list[int]:
         """The tokens the grammar forces from here (the key of ``{"count": …}``, the ``{``):
-        the tokenizer's own tokenization of the forced text, which is what a model has seen.
-        Sampling from the mask instead spells a key in whatever pieces the model happens to
-        rank first (``where`` as ``w``+``he``+``re``), text it never saw, and its answer
-        after that degrades (the demo model: 84.5 % right that way, 90 % with these)."""
+        the tokenizer's own tokenization of the forced text, which is what a model has seen
+        (llguidance's fast-forward tokens). Sampled from the mask instead, a key comes out in
+        whatever pieces the model happens to rank first — on a random full-vocabulary model
+        rarely the tokenizer's — and each forced token would cost a mask computation."""
         return list(self._matcher.compute_ff_tokens())
 
     @property
