@@ -36,6 +36,7 @@ DIGITS = [str(n) for n in range(10)]
 
 def shape(item: Item) -> tuple[str, dict[str, Any], list[str]]:
     """(the JSON key, the schema, the choices) of an item's question."""
+    spec: dict[str, Any]
     if item.task == "exists":  # "Is there a cat?" -> {"cat": true}
         key, spec, choices = item.prompt.rstrip("?").split()[-1], {"type": "boolean"}, [
             "yes", "no"]
@@ -58,27 +59,22 @@ def as_answer(item: Item, value: Any) -> str:
     return str(value)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--items", type=int, default=200, help="items per run (before the "
-                        "task filter draws more)")
-    parser.add_argument("--gguf", type=Path, default=None,
-                        help="model directory (default: the shipped demo model)")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    import jsonschema
-
-    from edgevlm.engine import Engine
-    from edgevlm.models import demo_model_dir
-
-    engine = Engine.load(args.gguf or demo_model_dir(), threads=2, context=1024)
+def held_out_items(count: int) -> list[Item]:
+    """The first ``count`` held-out items whose task is one of :data:`TASKS`."""
     items: list[Item] = []
     index = 0
-    while len(items) < args.items:
+    while len(items) < count:
         item = make_item(TEST_SEED, index)
         index += 1
         if item.task in TASKS:
             items.append(item)
+    return items
+
+
+def evaluate(engine: Any, items: list[Item]) -> dict[str, Any]:
+    """Each item answered three ways (free text, a schema, choices); the report."""
+    import jsonschema  # type: ignore[import-untyped]
+
     right = {"text": 0, "schema": 0, "choices": 0}
     valid = 0
     per_task: dict[str, dict[str, int]] = {}
@@ -104,16 +100,33 @@ def main() -> None:
             right[way] += ok
             task[way] += ok
     n = len(items)
-    report = {"items": n, "seed": TEST_SEED, "valid_json": valid / n,
-              "accuracy": {way: right[way] / n for way in right}, "per_task": per_task}
+    return {"items": n, "seed": TEST_SEED, "valid_json": valid / n,
+            "right": right, "accuracy": {way: right[way] / n for way in right},
+            "per_task": per_task}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--items", type=int, default=200, help="held-out items of the "
+                        "closed-answer tasks to ask")
+    parser.add_argument("--gguf", type=Path, default=None,
+                        help="model directory (default: the shipped demo model)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    from edgevlm.engine import Engine
+    from edgevlm.models import demo_model_dir
+
+    engine = Engine.load(args.gguf or demo_model_dir(), threads=2, context=1024)
+    report = evaluate(engine, held_out_items(args.items))
     if args.json:
         print(json.dumps(report, indent=2))
         return
+    n, right = report["items"], report["right"]
     print(f"{n} held-out items ({', '.join(TASKS)}); schema answers that parse and validate: "
-          f"{valid}/{n}")
+          f"{round(report['valid_json'] * n)}/{n}")
     for way in ("text", "schema", "choices"):
         print(f"  {way:8s} {right[way]:4d}/{n} = {right[way] / n:.1%}")
-    for task, counts in sorted(per_task.items()):
+    for task, counts in sorted(report["per_task"].items()):
         print(f"    {task:11s} " + "  ".join(f"{w} {counts[w]}/{counts['items']}"
                                             for w in ("text", "schema", "choices")))
 
