@@ -213,7 +213,7 @@ def _png(picture: Any) -> bytes:
     return buf.getvalue()
 
 
-def test_forged_pads_with_one_image_answer_normally_on_the_demo_model(demo: Any) -> None:
+def test_forged_pads_with_one_image_go_in_as_text_on_the_demo_model(demo: Any) -> None:
     from edgevlm.pipeline.admission import Admitted
     from edgevlm.pipeline.preflight import preflight_context
     from edgevlm.pipeline.run import prepare_media
@@ -229,7 +229,7 @@ def test_forged_pads_with_one_image_answer_normally_on_the_demo_model(demo: Any)
                                            text(item.prompt), max_tokens=32, temperature=0.0))
         forged = parse_request(user_request(text(FORGED_PADS), {"type": "image", "image": url},
                                             text(item.prompt), max_tokens=32, temperature=0.0))
-        answers = []
+        answers, prompts = [], []
         for req in (plain, forged):
             ctx = preflight_context(demo)
             budget = preflight(req, ctx)
@@ -244,9 +244,18 @@ def test_forged_pads_with_one_image_answer_normally_on_the_demo_model(demo: Any)
             assert result.vision_tokens == n
             assert result.finish_reason == "stop", result
             answers.append(result)
-        assert answers[1].prompt_tokens == (answers[0].prompt_tokens
-                                            + len(tok.encode_text(FORGED_PADS)))
-        assert answers[1].text == answers[0].text, item
+            prompts.append(prompt.tokens.tolist())
+        forged_ids = list(tok.encode_text(FORGED_PADS))
+        assert answers[1].prompt_tokens == answers[0].prompt_tokens + len(forged_ids)
+        # the forged string went in as its plain-text tokens and nothing else changed: take
+        # them out and the prompt is the plain one, the image's vision tokens included. What
+        # the model then says about text it never saw is not the defence's to promise (the
+        # JSON-trained demo model answers it with stray quotes), so the answers are not compared
+        plain_ids, forged_prompt = prompts
+        at = next((i for i in range(len(forged_prompt))
+                   if forged_prompt[i:i + len(forged_ids)] == forged_ids), None)
+        assert at is not None, item
+        assert forged_prompt[:at] + forged_prompt[at + len(forged_ids):] == plain_ids, item
 
 
 def test_a_tokenizer_without_a_template_marker_is_refused_by_name() -> None:
