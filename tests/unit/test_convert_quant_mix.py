@@ -71,3 +71,35 @@ def test_an_unsupported_llama_cpp_fallback_is_logged(caplog: pytest.LogCaptureFi
     with caplog.at_level(logging.INFO, logger="edgevlm.convert.quant_mix"):
         assert fit_rows("blk.0.ffn_down.weight", Q.Q4_K, 320) == Q.Q8_0
     assert "falls back to Q5_0, which edgevlm does not run; using Q8_0" in caplog.text
+
+
+# llama.cpp's own record of its choices: tests/snapshots/qwen3-0.6b.schema (commit
+# a45da44f0c2b686c09e7ea44599bf8766ef19bb2), written by llama_quant_compute_types for Qwen3-0.6B
+# (28 layers, 16 query / 8 KV heads, n_embd 1024, n_ff 3072, output.weight present): per mix,
+# the tensors whose type differs from the mix's default, restated here as layer sets.
+_MORE = {0, 1, 2, 5, 8, 11, 14, 17, 20, 23, 24, 25, 26, 27}
+_ALL = set(range(28))
+QWEN3_0_6B_EXCEPTIONS: dict[str, list[tuple[str, Q, set[int]]]] = {
+    "q4_k_m": [("attn_v", Q.Q6_K, _MORE), ("ffn_down", Q.Q6_K, _MORE)],
+    "q5_k_m": [("attn_v", Q.Q6_K, _MORE), ("ffn_down", Q.Q6_K, _MORE)],
+    "q6_k": [],
+    "q3_k_m": [("attn_output", Q.Q4_K, _ALL), ("attn_v", Q.Q5_K, {0, 1}),
+               ("attn_v", Q.Q4_K, _ALL - {0, 1}), ("ffn_down", Q.Q5_K, {0}),
+               ("ffn_down", Q.Q4_K, _ALL - {0})],
+    "iq4_xs": [("ffn_down", Q.Q5_K, {0, 1, 2})],
+}
+
+
+@pytest.mark.parametrize("mix_name", list(MIXES))
+def test_the_mix_matches_llama_cpps_snapshot_for_qwen3_0_6b(mix_name: str) -> None:
+    mix, shape = MIXES[mix_name], TextShape(n_layer=28, n_gqa=2, tied=False)
+    widths = {"attn_q": 1024, "attn_k": 1024, "attn_v": 1024, "attn_output": 2048,
+              "ffn_gate": 1024, "ffn_up": 1024, "ffn_down": 3072}
+    got = {(kind, layer): mix_type(mix, f"blk.{layer}.{kind}.weight", width, shape)
+           for layer in range(28) for kind, width in widths.items()}
+    want = {(kind, layer): mix.default for layer in range(28) for kind in widths}
+    for kind, qtype, layers in QWEN3_0_6B_EXCEPTIONS[mix_name]:
+        want.update({(kind, layer): qtype for layer in layers})
+    assert got == want
+    assert mix_type(mix, "output.weight", 1024, shape) == Q.Q6_K
+    assert mix_type(mix, "token_embd.weight", 1024, shape) == mix.default
