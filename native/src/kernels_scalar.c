@@ -2,10 +2,11 @@
  * kernels_scalar.c - the scalar reference kernel set: plain C, always compiled, the yardstick
  * every SIMD kernel is tested against.
  *
- * Numerics follow ggml's generic kernels: float weights accumulate in double; Q8_0/Q4_0
+ * Numerics follow ggml's generic kernels: float weights accumulate in double; Q8_0/Q4_0/Q5_0
  * weights against Q8_0 activations sum each 32-element block exactly in int32 and add
- * sumi * (d_w * d_x) to a float total; the K-quants and IQ4 (kernels_scalar_k.c) compute what
- * ggml's generic kernels for them compute.
+ * sumi * (d_w * d_x) to a float total (Q4_1/Q5_1 add m_w times the activation block's sum);
+ * the K-quants and IQ4 (kernels_scalar_k.c) compute what ggml's generic kernels for them
+ * compute.
  */
 #include "kernels.h"
 
@@ -61,6 +62,74 @@ static void vec_dot_q4_0(int64_t n, float *out, const void *w_row, const void *x
             sumi += ((w[b].qs[j] >> 4) - 8) * (int32_t)x[b].qs[j + EV_QK / 2];
         }
         sum += (float)sumi * (ev_fp16_to_f32(w[b].d) * ev_fp16_to_f32(x[b].d));
+    }
+    *out = sum;
+}
+
+/* ---- Q4_1 / Q5_0 / Q5_1 against Q8_0 activations -----------------------------------------
+ * ggml's generic ggml_vec_dot_q4_1_q8_1 / q5_0_q8_0 / q5_1_q8_1: per block an exact int32
+ * sum, then sumf += (d_w*d_x)*sumi (+ m_w*s_x). ggml's Q8_1 activations are Q8_0's d and qs
+ * plus s = d*sum(q), d unrounded, the product rounded to float16; here the activations are
+ * Q8_0 and s_x = d_x*sum(q_x) is computed from the qs, exactly (|sum(q_x)| <= 4064 and d_x a
+ * half: the product fits a float's 24 bits), so the result differs from ggml's only through
+ * ggml's s (at most ~2^-10 of |m_w s_x| a block; test_legacy_quants.c). */
+
+/* the sum of a Q8_0 block's 32 codes */
+static int32_t q8_0_code_sum(const ev_block_q8_0 *x) {
+    int32_t s = 0;
+    for (int j = 0; j < EV_QK; j++) s += x->qs[j];
+    return s;
+}
+
+/* sum of codes[j] * x->qs[j] over a block's 32 elements */
+static int32_t dot_codes_q8_0(const uint8_t codes[EV_QK], const ev_block_q8_0 *x) {
+    int32_t s = 0;
+    for (int j = 0; j < EV_QK; j++) s += (int32_t)codes[j] * (int32_t)x->qs[j];
+    return s;
+}
+
+static void vec_dot_q4_1(int64_t n, float *out, const void *w_row, const void *x_row) {
+    const ev_block_q4_1 *w = w_row;
+    const ev_block_q8_0 *x = x_row;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / EV_QK; b++) {
+        int32_t sumi = 0;
+        for (int j = 0; j < EV_QK / 2; j++) {
+            sumi += (w[b].qs[j] & 0x0f) * (int32_t)x[b].qs[j];
+            sumi += (w[b].qs[j] >> 4) * (int32_t)x[b].qs[j + EV_QK / 2];
+        }
+        const float dx = ev_fp16_to_f32(x[b].d);
+        const float sx = dx * (float)q8_0_code_sum(&x[b]);
+        sum += (ev_fp16_to_f32(w[b].d) * dx) * (float)sumi + ev_fp16_to_f32(w[b].m) * sx;
+    }
+    *out = sum;
+}
+
+static void vec_dot_q5_0(int64_t n, float *out, const void *w_row, const void *x_row) {
+    const ev_block_q5_0 *w = w_row;
+    const ev_block_q8_0 *x = x_row;
+    uint8_t q[EV_QK];
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / EV_QK; b++) {
+        ev_q5_codes(w[b].qs, w[b].qh, q);
+        /* sum (q - 16) x = sum q x - 16 sum x, exact in int32 */
+        const int32_t sumi = dot_codes_q8_0(q, &x[b]) - 16 * q8_0_code_sum(&x[b]);
+        sum += (ev_fp16_to_f32(w[b].d) * ev_fp16_to_f32(x[b].d)) * (float)sumi;
+    }
+    *out = sum;
+}
+
+static void vec_dot_q5_1(int64_t n, float *out, const void *w_row, const void *x_row) {
+    const ev_block_q5_1 *w = w_row;
+    const ev_block_q8_0 *x = x_row;
+    uint8_t q[EV_QK];
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / EV_QK; b++) {
+        ev_q5_codes(w[b].qs, w[b].qh, q);
+        const int32_t sumi = dot_codes_q8_0(q, &x[b]);
+        const float dx = ev_fp16_to_f32(x[b].d);
+        const float sx = dx * (float)q8_0_code_sum(&x[b]);
+        sum += (ev_fp16_to_f32(w[b].d) * dx) * (float)sumi + ev_fp16_to_f32(w[b].m) * sx;
     }
     *out = sum;
 }
@@ -141,6 +210,9 @@ static const ev_kernels SCALAR_OWN = {
         [EV_TYPE_BF16] = vec_dot_bf16,
         [EV_TYPE_Q8_0] = vec_dot_q8_0,
         [EV_TYPE_Q4_0] = vec_dot_q4_0,
+        [EV_TYPE_Q4_1] = vec_dot_q4_1,
+        [EV_TYPE_Q5_0] = vec_dot_q5_0,
+        [EV_TYPE_Q5_1] = vec_dot_q5_1,
         [EV_TYPE_Q2_K] = ev_vec_dot_q2_K_q8_K,     /* kernels_scalar_k.c */
         [EV_TYPE_Q3_K] = ev_vec_dot_q3_K_q8_K,
         [EV_TYPE_Q4_K] = ev_vec_dot_q4_K_q8_K,
