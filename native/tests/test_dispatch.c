@@ -259,6 +259,12 @@ static void test_tables_complete(const ev_kernels *sets[], int n_sets) {
                                                            !k->gemm_q8x[tr->type]),
                       "%s has an integer product for %s, whose dots take %s", k->name,
                       tr->name, ev_act_type_get(tr->vec_dot_type)->name);
+            /* and only Q8_0/Q4_0 weights have them: Q4_1/Q5_1 take Q8_0 activations too, but
+             * need the m term (m * the activation block's sum) none of them computes */
+            CHECK_MSG(tr->type == EV_TYPE_Q8_0 || tr->type == EV_TYPE_Q4_0 ||
+                      (!k->gemm_q16x[tr->type] && !k->gemm_q8x[tr->type]),
+                      "%s claims an integer product for %s: test it against the scalar one",
+                      k->name, tr->name);
             CHECK_MSG(tr->type == EV_TYPE_BF16 || !k->gemm_bf16x[tr->type],
                       "%s has a bf16 product for %s", k->name, tr->name);
             /* the register-blocked few-token kernels of the SIMD sets exist for the five
@@ -279,8 +285,9 @@ static void test_tables_complete(const ev_kernels *sets[], int n_sets) {
     }
     char buf[128];
     CHECK(strcmp(ev_type_list(buf, sizeof buf),
-                 "F32, F16, BF16, Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS") == 0);
-    CHECK(ev_type_get(3) == NULL && ev_type_get(-1) == NULL && ev_type_at(ev_type_count()) == NULL);
+                 "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, "
+                 "IQ4_NL, IQ4_XS") == 0);
+    CHECK(ev_type_get(9) == NULL && ev_type_get(-1) == NULL && ev_type_at(ev_type_count()) == NULL);
 }
 
 static void test_every_kernel_against_scalar(const ev_kernels *sets[], int n_sets) {
@@ -368,7 +375,7 @@ static void test_matmul_missing_entries(const ev_kernels *best) {
     }
     float y[4] = {1, 2, 3, 4}, x[32] = {0};
     uint8_t w[4 * 34] = {0};
-    CHECK(ev_matmul(NULL, best, 3, w, NULL, 2, 32, x, 2, y, NULL) == -1);   /* no type 3 */
+    CHECK(ev_matmul(NULL, best, 9, w, NULL, 2, 32, x, 2, y, NULL) == -1);   /* Q8_1: no weight */
     CHECK(isnan(y[0]) && isnan(y[1]) && isnan(y[2]) && isnan(y[3]));
     y[0] = 1.0f;
     CHECK(ev_matmul(NULL, best, EV_TYPE_Q8_0, w, NULL, 1, 33, x, 1, y, NULL) == -1);

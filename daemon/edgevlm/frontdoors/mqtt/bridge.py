@@ -37,8 +37,9 @@ log = logging.getLogger(__name__)
 HA_STATE_MAX = 255          # Home Assistant drops a longer entity state
 HA_ATTRIBUTES_MAX = 16_000  # attributes beyond ~16 KiB are not stored
 # ggml tensor types of the weights (edgevlm_model_info.weight_type)
-WEIGHT_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 8: "Q8_0", 10: "Q2_K", 11: "Q3_K", 12: "Q4_K",
-                13: "Q5_K", 14: "Q6_K", 20: "IQ4_NL", 23: "IQ4_XS", 30: "BF16"}
+WEIGHT_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0",
+                10: "Q2_K", 11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 20: "IQ4_NL",
+                23: "IQ4_XS", 30: "BF16"}
 
 
 def _now() -> str:
