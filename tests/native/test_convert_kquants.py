@@ -289,11 +289,11 @@ def test_the_converted_model_answers_and_its_logits_match_its_weights_in_f32(
 
 
 FALLBACK = {  # ffn_down rows of 320 values: (wanted at layer 0, stored), (elsewhere, stored)
-    "q4_k_m": {Q.Q6_K: Q.Q8_0, Q.Q4_K: Q.Q8_0},        # llama.cpp: Q8_0 / Q5_0 (-> Q8_0)
-    "q5_k_m": {Q.Q6_K: Q.Q8_0, Q.Q5_K: Q.Q8_0},        # llama.cpp: Q8_0 / Q5_1 (-> Q8_0)
+    "q4_k_m": {Q.Q6_K: Q.Q8_0, Q.Q4_K: Q.Q5_0},
+    "q5_k_m": {Q.Q6_K: Q.Q8_0, Q.Q5_K: Q.Q5_1},
     "q6_k": {Q.Q6_K: Q.Q8_0},
-    "q3_k_m": {Q.Q5_K: Q.Q8_0, Q.Q4_K: Q.Q8_0},        # Q5_1 / Q5_0 (-> Q8_0)
-    "iq4_xs": {Q.Q5_K: Q.Q8_0, Q.IQ4_XS: Q.IQ4_NL},    # Q5_1 (-> Q8_0) / IQ4_NL
+    "q3_k_m": {Q.Q5_K: Q.Q5_1, Q.Q4_K: Q.Q5_0},
+    "iq4_xs": {Q.Q5_K: Q.Q5_1, Q.IQ4_XS: Q.IQ4_NL},
 }
 
 
@@ -327,7 +327,7 @@ def test_the_quantize_entry_point_refuses_bad_input_without_writing() -> None:
     dst = np.zeros(2 * 144, np.uint8)
     src_p, dst_p = ffi.cast("const float *", rows.ctypes.data), ffi.cast("void *", dst.ctypes.data)
     assert lib.edgevlm_quantize_rows(int(Q.Q4_K), src_p, dst_p, 2, 256) == 2 * 144
-    assert lib.edgevlm_quantize_rows(int(Q.Q5_0), src_p, dst_p, 2, 256) == \
+    assert lib.edgevlm_quantize_rows(int(Q.Q8_1), src_p, dst_p, 2, 256) == \
         -lib.EDGEVLM_ERR_UNSUPPORTED
     assert lib.edgevlm_quantize_rows(int(Q.Q4_K), src_p, dst_p, 1, 224) == \
         -lib.EDGEVLM_ERR_ARGUMENT

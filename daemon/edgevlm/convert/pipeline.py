@@ -59,7 +59,7 @@ class ConvertResult:
     seconds: float
     peak_rss_mb: float
     # every tensor stored in another type than asked for (rows not a multiple of its blocks):
-    # name -> "WANTED->STORED", e.g. "Q4_K->Q8_0"; fallback_f16 lists those stored as F16
+    # name -> "WANTED->STORED", e.g. "Q4_K->Q5_0"; fallback_f16 lists those stored as F16
     fallbacks: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:

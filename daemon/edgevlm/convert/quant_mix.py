@@ -11,9 +11,8 @@ architecture ``qwen3vl`` (never Falcon, never ``LLM_TYPE_70B``), ``n_expert`` 0,
 llama.cpp counts ``attn_v`` / ``ffn_down`` tensors in file order, which (its loader sorts
 weights by layer number) is the layer index here: one of each per layer.
 
-Where llama.cpp falls back to a type edgevlm's core does not run (Q5_0 for Q4_K, Q5_1 for
-Q5_K), the nearest type above it that the core runs is used instead: Q8_0 (rows a multiple
-of 32), else F16; both are logged. The uniform types (f32, f16, bf16, q8_0, q4_0) are not
+The fallbacks are llama.cpp's (Q4_K → Q5_0, Q5_K → Q5_1, …; the core runs them all), then
+F16 where even 32-value blocks do not divide the rows; both are logged. The uniform types (f32, f16, bf16, q8_0, q4_0) are not
 mixes: every matrix gets the type (``llama-quantize --pure``), as before.
 """
 
@@ -113,23 +112,17 @@ _LLAMA_FALLBACK: dict[QType, QType] = {
     QType.IQ4_XS: QType.IQ4_NL, QType.Q2_K: QType.Q4_0, QType.Q3_K: QType.Q4_0,
     QType.Q4_K: QType.Q5_0, QType.Q5_K: QType.Q5_1, QType.Q6_K: QType.Q8_0,
 }
-# llama.cpp's fallback types edgevlm's core does not run -> the nearest type above it does
-_UNSUPPORTED_FALLBACK: dict[QType, QType] = {QType.Q5_0: QType.Q8_0, QType.Q5_1: QType.Q8_0}
 
 
 def fit_rows(name: str, wanted: QType, row_width: int) -> QType:
     """``wanted``, or what a matrix whose rows of ``row_width`` values do not divide into
     ``wanted``'s blocks is stored as: llama.cpp's fallback (IQ4_XS → IQ4_NL, Q2_K/Q3_K →
-    Q4_0, Q6_K → Q8_0; Q4_K → Q5_0 and Q5_K → Q5_1 become Q8_0 here), then F16 when even
+    Q4_0, Q6_K → Q8_0, Q4_K → Q5_0, Q5_K → Q5_1), then F16 when even
     that type's 32-value blocks do not divide the rows (also for Q8_0 / Q4_0 / IQ4_NL, where
     llama.cpp has no fallback). Logged."""
     if row_width % GGML_QUANT_SIZES[wanted][0] == 0:
         return wanted
     got = _LLAMA_FALLBACK.get(wanted, QType.F16)
-    if got in _UNSUPPORTED_FALLBACK:
-        logger.info("%s: llama.cpp falls back to %s, which edgevlm does not run; using %s",
-                    name, got.name, _UNSUPPORTED_FALLBACK[got].name)
-        got = _UNSUPPORTED_FALLBACK[got]
     if row_width % GGML_QUANT_SIZES[got][0] != 0:
         got = QType.F16
     logger.info("%s: rows of %d values are not a multiple of %d; %s falls back to %s",
