@@ -53,8 +53,9 @@ FILE_TYPE = {"q4_k_m": 15, "q5_k_m": 17, "q6_k": 18, "q3_k_m": 12, "iq4_xs": 30}
 MORE_BITS = {0, 1, 4, 7, 10, 13, 14, 15}
 # relative RMS error of a quantised N(0, 1) matrix, measured here (the bound has ~30 % margin)
 DECODE_BOUND = 0.05   # decode (Q8_K activations) vs F32 arithmetic: measured 0.019-0.026
+# Q5_0 / Q5_1 (the fallbacks of Q4_K / Q5_K): measured 0.043 / 0.038
 RMS_BOUND = {Q.Q3_K: 0.20, Q.Q4_K: 0.10, Q.Q5_K: 0.05, Q.Q6_K: 0.025, Q.IQ4_XS: 0.10,
-             Q.IQ4_NL: 0.10, Q.Q8_0: 0.006}
+             Q.IQ4_NL: 0.10, Q.Q8_0: 0.006, Q.Q5_0: 0.05, Q.Q5_1: 0.05}
 # max |logit difference| / max |F32 logit| against the F32 conversion of the checkpoint:
 # measured 0.082 (q6_k), 0.149 (q5_k_m), 0.283 (q4_k_m), 0.291 (iq4_xs), 0.445 (q3_k_m); a
 # random 16-layer model amplifies the weights' rounding, so the bounds say little beyond

@@ -12,8 +12,9 @@ llama.cpp counts ``attn_v`` / ``ffn_down`` tensors in file order, which (its loa
 weights by layer number) is the layer index here: one of each per layer.
 
 The fallbacks are llama.cpp's (Q4_K → Q5_0, Q5_K → Q5_1, …; the core runs them all), then
-F16 where even 32-value blocks do not divide the rows; both are logged. The uniform types (f32, f16, bf16, q8_0, q4_0) are not
-mixes: every matrix gets the type (``llama-quantize --pure``), as before.
+F16 where even 32-value blocks do not divide the rows; both are logged. The uniform types
+(f32, f16, bf16, q8_0, q4_0) are not mixes: every matrix gets the type (``llama-quantize
+--pure``), as before.
 """
 
 from __future__ import annotations
