@@ -366,3 +366,16 @@ def test_help_lists_every_type_and_an_unknown_type_is_a_usage_error(
     assert convert_main(["ckpt", "-o", "out", "--type", "q4_k_s"]) == 2
     err = capsys.readouterr().err
     assert "invalid choice: 'q4_k_s'" in err and "q4_k_m" in err
+
+
+@pytest.mark.parametrize(("text_type", "shown"), [("q4_k_m", "Q4_K_M"), ("q5_k_m", "Q5_K_M"),
+                                                  ("q6_k", "Q6_K"), ("iq4_xs", "IQ4_XS"),
+                                                  ("q8_0", "Q8_0")])
+def test_the_model_card_names_the_mix_as_llama_cpp_and_ollama_do(
+        converted: Any, text_type: str, shown: str) -> None:
+    """The info payload's ``quantisation`` and Ollama's ``quantization_level`` come from
+    ``general.file_type``: a Q4_K_M file is "Q4_K_M", not the type of its first matrix."""
+    from edgevlm.engine.quantisation import quantisation_name
+
+    engine = Engine.load(converted("wide", text_type), threads=2, context=256)
+    assert quantisation_name(engine.model) == shown
