@@ -1,6 +1,7 @@
 /*
  * x86_avx2.c - the AVX2/FMA/F16C kernel set: single-row dot products, attention helpers and
- * the activation quantiser (the tiled matrix products are in x86_avx2_gemm.c).
+ * the activation quantiser (the tiled matrix products are in x86_avx2_gemm.c, the K-quant
+ * kernels in x86_avx2_kquants.c).
  *
  * Compiles to nothing off x86-64. Each function carries its own target attribute, so a
  * baseline build still contains them; ev_kernels_x86_avx2() checks the CPU at run time.
@@ -150,6 +151,8 @@ static const ev_kernels AVX2_OWN = {
         [EV_TYPE_BF16] = vec_dot_bf16,
         [EV_TYPE_Q8_0] = vec_dot_q8_0,
         [EV_TYPE_Q4_0] = vec_dot_q4_0,
+        [EV_TYPE_Q4_K] = ev_avx2_vec_dot_q4_K_q8_K,
+        [EV_TYPE_Q6_K] = ev_avx2_vec_dot_q6_K_q8_K,
     },
     .dot_f32 = dot_f32,
     .axpy_f32 = axpy_f32,
@@ -159,6 +162,7 @@ static const ev_kernels AVX2_OWN = {
     .exp_sum_f32 = ev_avx2_exp_sum_f32,
     .gelu_tanh_f32 = ev_avx2_gelu_tanh_f32,
     .quantize_q8_0 = quantize_q8_0,
+    .quantize_q8_K = ev_avx2_quantize_q8_K,
     .gemm = {
         [EV_TYPE_F32] = ev_avx2_gemm_f32,
         [EV_TYPE_F16] = ev_avx2_gemm_f16,
@@ -172,6 +176,8 @@ static const ev_kernels AVX2_OWN = {
         [EV_TYPE_BF16] = ev_avx2_gemm_dq_bf16,
         [EV_TYPE_Q8_0] = ev_avx2_gemm_dq_q8_0,
         [EV_TYPE_Q4_0] = ev_avx2_gemm_dq_q4_0,
+        [EV_TYPE_Q4_K] = ev_avx2_gemm_dq_q4_K,
+        [EV_TYPE_Q6_K] = ev_avx2_gemm_dq_q6_K,
     },
 };
 
@@ -185,8 +191,8 @@ static int has_f16c(void) {
 static ev_kernels AVX2;
 static pthread_once_t built = PTHREAD_ONCE_INIT;
 
-/* the set's own kernels, and for the types it has no panel dequantiser of (the K-quants,
- * IQ4) the many-token product dequantising through the type table into its panels */
+/* the set's own kernels, and for the types it has no panel dequantiser of (Q2_K, Q3_K,
+ * Q5_K, IQ4) the many-token product dequantising through the type table into its panels */
 static void build(void) {
     ev_kernels_derive(&AVX2, ev_kernels_scalar(), &AVX2_OWN);
     for (int i = 0; i < ev_type_count(); i++) {
