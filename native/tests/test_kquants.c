@@ -357,7 +357,7 @@ static void test_nonfinite_scale_found(void) {
 
 /* n values that stress the Q8_K quantiser, pattern p: random at a random scale; exact ties
  * of the rounding (max -127: x.5 values); the largest magnitude twice with both signs (the
- * first wins); subnormals; all zero; zeros with a NaN; an infinity */
+ * first wins); subnormals; all zero; NaNs; an infinity */
 static void q8_K_input(float *x, int n, int p) {
     const float scale = ldexpf(1.0f, (int)(tu_rand_u64(&seed) % 60) - 30);
     for (int i = 0; i < n; i++) x[i] = tu_randf(&seed) * scale;
@@ -377,10 +377,14 @@ static void q8_K_input(float *x, int n, int p) {
         for (int i = 0; i < n; i++) x[i] = tu_randf(&seed) * 1e-40f;
         break;
     case 4: memset(x, 0, sizeof(float) * (size_t)n); break;
-    case 5:
-        memset(x, 0, sizeof(float) * (size_t)n);
-        x[n / 2] = NAN;
-        x[n - 1] = 0.25f;
+    case 5:   /* a NaN in the vector lane (4 or 8 wide) of each block's largest value, and
+                 a block of zeros and a NaN */
+        for (int i = 0; i < n; i += 256) {
+            x[i + 5] = x[i + 21] = NAN;   /* before and after it */
+            x[i + 13] = (p % 2 ? 4.0f : -4.0f) * scale;
+        }
+        memset(x + 256, 0, 256 * sizeof(float));
+        x[256 + 77] = NAN;
         break;
     case 6: x[n / 3] = (p % 2) ? INFINITY : -INFINITY; break;
     default: break;

@@ -1,0 +1,87 @@
+/*
+ * arm_neon_k.h - the NEON dot products of the K-quants against Q8_K, a template included
+ * twice by arm_neon.c right after arm_neon_q.h (NEON_DOT 0: int8 widening multiplies,
+ * NEON_DOT 1: SDOT; NQ(name) names each copy). Reference: kernels_scalar_k.c; the integer
+ * sums of a super-block are exact, its float sums in another order (ggml's NEON kernels in
+ * ggml-cpu/arch/arm/quants.c do the same).
+ *
+ * Bounds: a 16-element dot of codes |q| <= 32 (Q6_K, q - 32) or <= 15 (Q4_K) with |q8| <= 127
+ * stays below 2^16; times a scale (<= 128 in magnitude), summed over a super-block: < 2^27.
+ */
+
+/* sum over 16 int8 pairs w . x as 4 int32 lanes */
+static inline __attribute__((always_inline)) int32x4_t NQ(dot16)(int8x16_t w, int8x16_t x) {
+#if NEON_DOT
+    return vdotq_s32(vdupq_n_s32(0), w, x);
+#else
+    return vpadalq_s16(vpaddlq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(x))),
+                       vmull_high_s8(w, x));
+#endif
+}
+
+/* Q4_K: per 64 elements, the low nibbles of 32 bytes (sub-block 2c) and their high nibbles
+ * (2c + 1), each dot times its 6-bit scale; the mins through Q8_K's 16-element sums */
+static void NQ(vec_dot_q4_K)(int64_t n, float *out, const void *w_row, const void *x_row) {
+    const ev_block_q4_K *w = w_row;
+    const ev_block_q8_K *x = x_row;
+    const uint8x16_t low4 = vdupq_n_u8(0x0f);
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    float sum_min = 0.0f;
+    for (int64_t i = 0; i < n / EV_QK_K; i++) {
+        uint8_t sc[8], m[8];
+        for (int j = 0; j < 8; j++) ev_k4_scale_min(j, w[i].scales, &sc[j], &m[j]);
+        /* sum over sub-blocks j of m[j] * (bsums[2j] + bsums[2j + 1]) */
+        const int16x8_t pair = vpaddq_s16(vld1q_s16(x[i].bsums), vld1q_s16(x[i].bsums + 8));
+        const int16x8_t mins = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(m)));
+        const int32x4_t pm = vmlal_high_s16(vmull_s16(vget_low_s16(mins), vget_low_s16(pair)), mins, pair);
+        const float d = x[i].d * neon_fp16(w[i].d), dmin = x[i].d * neon_fp16(w[i].dmin);
+        sum_min += dmin * (float)vaddvq_s32(pm);
+        int32x4_t sumi = vdupq_n_s32(0);
+        for (int c = 0; c < 4; c++) {
+            const uint8_t *qs = w[i].qs + 32 * c;
+            const int8_t *q8 = x[i].qs + 64 * c;
+            const uint8x16_t a = vld1q_u8(qs), b = vld1q_u8(qs + 16);
+            const int8x16_t lo0 = vreinterpretq_s8_u8(vandq_u8(a, low4));
+            const int8x16_t lo1 = vreinterpretq_s8_u8(vandq_u8(b, low4));
+            const int8x16_t hi0 = vreinterpretq_s8_u8(vshrq_n_u8(a, 4));
+            const int8x16_t hi1 = vreinterpretq_s8_u8(vshrq_n_u8(b, 4));
+            const int32x4_t plo = vaddq_s32(NQ(dot16)(lo0, vld1q_s8(q8)), NQ(dot16)(lo1, vld1q_s8(q8 + 16)));
+            const int32x4_t phi = vaddq_s32(NQ(dot16)(hi0, vld1q_s8(q8 + 32)), NQ(dot16)(hi1, vld1q_s8(q8 + 48)));
+            sumi = vmlaq_n_s32(sumi, plo, sc[2 * c]);
+            sumi = vmlaq_n_s32(sumi, phi, sc[2 * c + 1]);
+        }
+        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(sumi), d);
+    }
+    *out = vaddvq_f32(acc) - sum_min;
+}
+
+/* Q6_K: the codes minus 32 as int8, 16 at a time, each 16 with its own scale */
+static void NQ(vec_dot_q6_K)(int64_t n, float *out, const void *w_row, const void *x_row) {
+    const ev_block_q6_K *w = w_row;
+    const ev_block_q8_K *x = x_row;
+    const uint8x16_t low4 = vdupq_n_u8(0x0f), bits45 = vdupq_n_u8(0x30);
+    const int8x16_t m32 = vdupq_n_s8(32);
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    for (int64_t i = 0; i < n / EV_QK_K; i++) {
+        int32x4_t sumi = vdupq_n_s32(0);
+        for (int h = 0; h < 2; h++) {
+            for (int l = 0; l < 32; l += 16) {   /* elements 128 h + 32 j + l .. + 15 */
+                const uint8x16_t qa = vld1q_u8(w[i].ql + 64 * h + l);
+                const uint8x16_t qb = vld1q_u8(w[i].ql + 64 * h + 32 + l);
+                const uint8x16_t qh = vld1q_u8(w[i].qh + 32 * h + l);
+                uint8x16_t q[4];
+                q[0] = vorrq_u8(vandq_u8(qa, low4), vandq_u8(vshlq_n_u8(qh, 4), bits45));
+                q[1] = vorrq_u8(vandq_u8(qb, low4), vandq_u8(vshlq_n_u8(qh, 2), bits45));
+                q[2] = vorrq_u8(vshrq_n_u8(qa, 4), vandq_u8(qh, bits45));
+                q[3] = vorrq_u8(vshrq_n_u8(qb, 4), vandq_u8(vshrq_n_u8(qh, 2), bits45));
+                for (int j = 0; j < 4; j++) {
+                    const int e = 128 * h + 32 * j + l;
+                    const int8x16_t c = vsubq_s8(vreinterpretq_s8_u8(q[j]), m32);
+                    sumi = vmlaq_n_s32(sumi, NQ(dot16)(c, vld1q_s8(x[i].qs + e)), w[i].scales[e / 16]);
+                }
+            }
+        }
+        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(sumi), x[i].d * neon_fp16(w[i].d));
+    }
+    *out = vaddvq_f32(acc);
+}
