@@ -245,15 +245,15 @@ static int check_kernels(const ev_kernels *k, operands *o, int *ran) {
 
 /* The SIMD vec_dot kernels of the K-quants and IQ4 each family of sets has (by name prefix:
  * "avx2", "avx512-*"; "neon", "neon-dotprod"); the scalar set has none. */
-static const struct { const char *prefix; int32_t types[4]; } K_DOTS[] = {
-    {"avx", {EV_TYPE_Q4_K, EV_TYPE_Q6_K}},
+static const struct { const char *prefix; int32_t types[8]; } K_DOTS[] = {
+    {"avx", {EV_TYPE_Q2_K, EV_TYPE_Q3_K, EV_TYPE_Q4_K, EV_TYPE_Q5_K, EV_TYPE_Q6_K, EV_TYPE_IQ4_XS}},
     {"neon", {EV_TYPE_Q4_K, EV_TYPE_Q6_K}},
 };
 
 static int has_k_dot(const ev_kernels *k, int32_t type) {
     for (size_t f = 0; f < sizeof K_DOTS / sizeof K_DOTS[0]; f++) {
         if (strncmp(k->name, K_DOTS[f].prefix, strlen(K_DOTS[f].prefix)) != 0) continue;
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 8; i++)
             if (K_DOTS[f].types[i] == type && type != 0) return 1;
     }
     return 0;

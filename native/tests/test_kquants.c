@@ -15,6 +15,9 @@
 
 #include "kernels.h"
 #include "kquant_fixtures.h"
+#if defined(__x86_64__)
+#include "arch/x86_avx2.h"
+#endif
 #include "test_util.h"
 #include "types.h"
 
@@ -500,6 +503,42 @@ static void test_simd_k_dots_match_scalar(void) {
     }
 }
 
+#if defined(__x86_64__)
+/* the AVX2 panel dequantisers (gemm_dq's pack_w, x86_avx2_sgemm.c) bit for bit against the
+ * type table's to_float: on the fixture blocks (random and extreme, kquant_fixtures.h) and on
+ * rows of 1..8 super-blocks of random bytes */
+static void test_avx2_dequantisers_bit_identical(void) {
+    if (!ev_kernels_x86_avx2()) return;   /* no AVX2 on this CPU */
+    const struct { int32_t type; void (*dq)(const void *, float *, int64_t); } dqs[] = {
+        {EV_TYPE_Q2_K, ev_avx2_dequantize_q2_K}, {EV_TYPE_Q3_K, ev_avx2_dequantize_q3_K},
+        {EV_TYPE_Q4_K, ev_avx2_dequantize_q4_K}, {EV_TYPE_Q5_K, ev_avx2_dequantize_q5_K},
+        {EV_TYPE_Q6_K, ev_avx2_dequantize_q6_K}, {EV_TYPE_IQ4_XS, ev_avx2_dequantize_iq4_xs}};
+    static uint8_t w[8 * 256];
+    static float want[8 * 256], got[8 * 256];
+    for (size_t di = 0; di < sizeof dqs / sizeof dqs[0]; di++) {
+        const ev_type_traits *t = ev_type_get(dqs[di].type);
+        int bad = 0, runs = 0;
+        for (int f = 0; f < N_FIXTURES; f++) {
+            if (FIXTURES[f].type != t->type) continue;
+            for (int b = 0; b < FIXTURES[f].n_blocks; b++, runs++) {
+                const uint8_t *blk = FIXTURES[f].blocks + (size_t)b * t->type_size;
+                t->to_float(blk, want, 256);
+                dqs[di].dq(blk, got, 256);
+                bad += memcmp(want, got, 256 * sizeof(float)) != 0;
+            }
+        }
+        for (int nb = 1; nb <= 8; nb++, runs++) {
+            blocks_random(t, w, nb, 0);
+            t->to_float(w, want, 256 * nb);
+            dqs[di].dq(w, got, 256 * nb);
+            bad += memcmp(want, got, 256 * sizeof(float) * (size_t)nb) != 0;
+        }
+        CHECK_MSG(bad == 0, "AVX2 dequantiser of %s: %d of %d rows differ from to_float", t->name,
+                  bad, runs);
+    }
+}
+#endif
+
 /* ev_matmul of each SIMD set against the scalar set's for the Q8_K-dot types: 1, 3, 15
  * tokens (Q8_K activations, vec_dot) and 20 (float activations, gemm_dq with its panels),
  * 37 rows (a partial 16-row panel), 768 columns (3 super-blocks, 3 K chunks), 2 threads */
@@ -568,5 +607,8 @@ int main(void) {
     test_simd_q8_K_bit_identical();
     test_simd_k_dots_match_scalar();
     test_simd_matmul_matches_scalar();
+#if defined(__x86_64__)
+    test_avx2_dequantisers_bit_identical();
+#endif
     return tu_report("test_kquants");
 }

@@ -153,6 +153,10 @@ static const ev_kernels AVX2_OWN = {
         [EV_TYPE_Q4_0] = vec_dot_q4_0,
         [EV_TYPE_Q4_K] = ev_avx2_vec_dot_q4_K_q8_K,
         [EV_TYPE_Q6_K] = ev_avx2_vec_dot_q6_K_q8_K,
+        [EV_TYPE_Q2_K] = ev_avx2_vec_dot_q2_K_q8_K,
+        [EV_TYPE_Q3_K] = ev_avx2_vec_dot_q3_K_q8_K,
+        [EV_TYPE_Q5_K] = ev_avx2_vec_dot_q5_K_q8_K,
+        [EV_TYPE_IQ4_XS] = ev_avx2_vec_dot_iq4_xs_q8_K,
     },
     .dot_f32 = dot_f32,
     .axpy_f32 = axpy_f32,
@@ -178,6 +182,10 @@ static const ev_kernels AVX2_OWN = {
         [EV_TYPE_Q4_0] = ev_avx2_gemm_dq_q4_0,
         [EV_TYPE_Q4_K] = ev_avx2_gemm_dq_q4_K,
         [EV_TYPE_Q6_K] = ev_avx2_gemm_dq_q6_K,
+        [EV_TYPE_Q2_K] = ev_avx2_gemm_dq_q2_K,
+        [EV_TYPE_Q3_K] = ev_avx2_gemm_dq_q3_K,
+        [EV_TYPE_Q5_K] = ev_avx2_gemm_dq_q5_K,
+        [EV_TYPE_IQ4_XS] = ev_avx2_gemm_dq_iq4_xs,
     },
 };
 
@@ -191,8 +199,8 @@ static int has_f16c(void) {
 static ev_kernels AVX2;
 static pthread_once_t built = PTHREAD_ONCE_INIT;
 
-/* the set's own kernels, and for the types it has no panel dequantiser of (Q2_K, Q3_K,
- * Q5_K, IQ4) the many-token product dequantising through the type table into its panels */
+/* the set's own kernels, and for the types it has no panel dequantiser of (IQ4_NL) the
+ * many-token product dequantising through the type table into its panels */
 static void build(void) {
     ev_kernels_derive(&AVX2, ev_kernels_scalar(), &AVX2_OWN);
     for (int i = 0; i < ev_type_count(); i++) {

@@ -18,6 +18,7 @@
  */
 #if defined(__x86_64__)
 
+#include <stddef.h>
 #include <string.h>
 
 #include "x86_avx2.h"
@@ -129,43 +130,66 @@ EV_AVX2_INLINE __m128i k4_min_sums(uint64_t mins, const int16_t *bsums) {
 /* int16 lane pattern that makes shuffle_epi8 broadcast int16 element s of each 128-bit lane */
 #define WORD_BROADCAST(s) _mm256_set1_epi16((short)(((2 * (s) + 1) << 8) | (2 * (s))))
 
-EV_AVX2 void ev_avx2_vec_dot_q4_K_q8_K(int64_t n, float *out, const void *w_row, const void *x_row) {
-    const ev_block_q4_K *w = w_row;
-    const ev_block_q8_K *x = x_row;
-    const __m256i low4 = _mm256_set1_epi8(0x0f);
+/* The int32 lane sums of one Q4_K (qh NULL) or Q5_K super-block against x's codes, each
+ * 32-element sub-block's dot times its scale (sc: the 8 scales as int16 in both lanes). */
+EV_AVX2_INLINE __m256i k4_block_sums(const uint8_t *qs, const uint8_t *qh, __m256i sc,
+                                     const int8_t *q8) {
+    const __m256i low4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    const __m256i hbits = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {   /* elements 64 c .. 64 c + 63: sub-blocks 2c, 2c + 1 */
+        const __m256i q4 = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+        __m256i lo = _mm256_and_si256(q4, low4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), low4);
+        if (qh) {   /* the 5th bit of sub-block s is bit s of qh[l]: + 16 */
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * c), one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * c + 1), one), 4));
+        }
+        const __m256i plo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * c)));
+        const __m256i phi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * c + 32)));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(sc, WORD_BROADCAST(2 * c)), plo));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(sc, WORD_BROADCAST(2 * c + 1)), phi));
+    }
+    return sumi;
+}
+
+/* Q4_K (w5 NULL) or Q5_K (w4 NULL) against Q8_K: the two share d, dmin and the scales */
+EV_AVX2_INLINE float k4_dot(int64_t n, const ev_block_q4_K *w4, const ev_block_q5_K *w5,
+                            const ev_block_q8_K *x) {
     __m256 acc = _mm256_setzero_ps();
     __m128 acc_min = _mm_setzero_ps();
     for (int64_t i = 0; i < n / EV_QK_K; i++) {
         uint64_t scales, mins;
-        k4_scales_mins(w[i].scales, &scales, &mins);
-        const float d = x[i].d * avx2_fp16(w[i].d), dmin = x[i].d * avx2_fp16(w[i].dmin);
+        k4_scales_mins(w4 ? w4[i].scales : w5[i].scales, &scales, &mins);
+        const ev_fp16 wd = w4 ? w4[i].d : w5[i].d, wdmin = w4 ? w4[i].dmin : w5[i].dmin;
+        const float d = x[i].d * avx2_fp16(wd), dmin = x[i].d * avx2_fp16(wdmin);
         acc_min = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_min_sums(mins, x[i].bsums)),
                                acc_min);
         /* the 8 scales as int16, in both 128-bit lanes */
         const __m128i sc128 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)scales));
-        const __m256i sc = _mm256_set_m128i(sc128, sc128);
-        __m256i sumi = _mm256_setzero_si256();
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) {   /* elements 64 c .. 64 c + 63: sub-blocks 2c, 2c + 1 */
-            const __m256i q4 = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * c));
-            const __m256i lo = _mm256_and_si256(q4, low4);
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), low4);
-            const __m256i plo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * c)));
-            const __m256i phi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(x[i].qs + 64 * c + 32)));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(sc, WORD_BROADCAST(2 * c)), plo));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_shuffle_epi8(sc, WORD_BROADCAST(2 * c + 1)), phi));
-        }
+        const __m256i sumi = k4_block_sums(w4 ? w4[i].qs : w5[i].qs, w4 ? NULL : w5[i].qh,
+                                           _mm256_set_m128i(sc128, sc128), x[i].qs);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     acc_min = _mm_add_ps(acc_min, _mm_movehl_ps(acc_min, acc_min));
     acc_min = _mm_add_ss(acc_min, _mm_movehdup_ps(acc_min));
-    *out = avx2_hsum(acc) - _mm_cvtss_f32(acc_min);
+    return avx2_hsum(acc) - _mm_cvtss_f32(acc_min);
+}
+
+EV_AVX2 void ev_avx2_vec_dot_q4_K_q8_K(int64_t n, float *out, const void *w_row, const void *x_row) {
+    *out = k4_dot(n, w_row, NULL, x_row);
+}
+
+EV_AVX2 void ev_avx2_vec_dot_q5_K_q8_K(int64_t n, float *out, const void *w_row, const void *x_row) {
+    *out = k4_dot(n, NULL, w_row, x_row);
 }
 
 /* ---- Q6_K -------------------------------------------------------------------------------- */
 
-/* 16 int16: lanes 0..7 = scales[s], lanes 8..15 = scales[s + 1] (int8 scales in sc8) */
-EV_AVX2_INLINE __m256i q6_scale_pair(__m128i sc8, int s) {
+/* 16 int16: lanes 0..7 = scales[s], lanes 8..15 = scales[s + 1] (the 16 int8 scales of
+ * 16-element sub-blocks in sc8: Q2_K, Q3_K, Q6_K) */
+EV_AVX2_INLINE __m256i scale_pair16(__m128i sc8, int s) {
     const __m128i pick = _mm_set_epi64x((long long)(0x0101010101010101ull * (uint64_t)(s + 1)),
                                         (long long)(0x0101010101010101ull * (uint64_t)s));
     return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, pick));
@@ -208,8 +232,126 @@ EV_AVX2 void ev_avx2_vec_dot_q6_K_q8_K(int64_t n, float *out, const void *w_row,
             for (int j = 0; j < 4; j++) {
                 const __m256i x8 = _mm256_loadu_si256((const __m256i *)(x[i].qs + 128 * h + 32 * j));
                 const __m256i p = _mm256_maddubs_epi16(q[j], x8);
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(q6_scale_pair(sc8, 8 * h + 2 * j), p));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scale_pair16(sc8, 8 * h + 2 * j), p));
             }
+        }
+        const float d = x[i].d * avx2_fp16(w[i].d);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *out = avx2_hsum(acc);
+}
+
+/* ---- Q2_K, Q3_K: 2-bit fields (+ Q3_K's high bit), scales per 16 elements --------------- */
+
+/* the 2-bit codes (0..3) of elements 128 h + 32 j .. + 31: bits 2j of the 32 bytes qs */
+EV_AVX2_INLINE __m256i two_bit_codes(__m256i qs, int j) {
+    return _mm256_and_si256(_mm256_srli_epi16(qs, 2 * j), _mm256_set1_epi8(3));
+}
+
+/* sum over the super-block of scale[e / 16] * code[e] * q8[e]; codes from qs (and, for Q3_K,
+ * + 4 where hmask, else NULL, has the element's bit 4h + j) */
+EV_AVX2_INLINE __m256i two_bit_block_sums(const uint8_t *qs, const uint8_t *hmask, __m128i sc8,
+                                          const int8_t *q8) {
+    const __m256i hm = hmask ? _mm256_loadu_si256((const __m256i *)hmask) : _mm256_setzero_si256();
+    __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m256i qv = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            __m256i q = two_bit_codes(qv, j);
+            if (hmask) {
+                const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), _mm256_set1_epi8(1));
+                q = _mm256_or_si256(q, _mm256_slli_epi16(hb, 2));
+            }
+            const __m256i x8 = _mm256_loadu_si256((const __m256i *)(q8 + 128 * h + 32 * j));
+            const __m256i p = _mm256_maddubs_epi16(q, x8);
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scale_pair16(sc8, 8 * h + 2 * j), p));
+        }
+    }
+    return sumi;
+}
+
+/* Q2_K: d * sum(scale q x) - dmin * sum(min bsums), the 4-bit scales and mins of 16 bytes */
+EV_AVX2 void ev_avx2_vec_dot_q2_K_q8_K(int64_t n, float *out, const void *w_row, const void *x_row) {
+    const ev_block_q2_K *w = w_row;
+    const ev_block_q8_K *x = x_row;
+    const __m128i low4 = _mm_set1_epi8(0x0f);
+    __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / EV_QK_K; i++) {
+        const __m128i packed = _mm_loadu_si128((const __m128i *)w[i].scales);
+        const __m128i sc8 = _mm_and_si128(packed, low4);
+        const __m128i m8 = _mm_and_si128(_mm_srli_epi16(packed, 4), low4);
+        const __m256i msum = _mm256_madd_epi16(_mm256_cvtepu8_epi16(m8),
+                                               _mm256_loadu_si256((const __m256i *)x[i].bsums));
+        const float d = x[i].d * avx2_fp16(w[i].d), dmin = x[i].d * avx2_fp16(w[i].dmin);
+        acc_min = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(msum), acc_min);
+        const __m256i sumi = two_bit_block_sums(w[i].qs, NULL, sc8, x[i].qs);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *out = avx2_hsum(acc) - avx2_hsum(acc_min);
+}
+
+/* Q3_K's 16 6-bit scales minus 32 as int8 (q3_K_scale in quants_k.c): low nibbles of bytes
+ * 0..7 (sub-blocks 0..7) and their high nibbles (8..15), the high 2 bits from bytes 8..11 */
+EV_AVX2_INLINE __m128i q3_scales(const uint8_t packed[12]) {
+    uint32_t u[3], s[4];
+    memcpy(u, packed, sizeof u);
+    const uint32_t low4 = 0x0f0f0f0f, low2 = 0x03030303;
+    s[0] = (u[0] & low4) | ((u[2] & low2) << 4);
+    s[1] = (u[1] & low4) | (((u[2] >> 2) & low2) << 4);
+    s[2] = ((u[0] >> 4) & low4) | (((u[2] >> 4) & low2) << 4);
+    s[3] = ((u[1] >> 4) & low4) | (((u[2] >> 6) & low2) << 4);
+    return _mm_sub_epi8(_mm_loadu_si128((const __m128i *)s), _mm_set1_epi8(32));
+}
+
+/* Q3_K: codes 0..7 (low | high bit << 2), the -4 through the bsums: sum((q - 4) s x) =
+ * sum(q s x) - 4 sum(s bsums) */
+EV_AVX2 void ev_avx2_vec_dot_q3_K_q8_K(int64_t n, float *out, const void *w_row, const void *x_row) {
+    const ev_block_q3_K *w = w_row;
+    const ev_block_q8_K *x = x_row;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / EV_QK_K; i++) {
+        const __m128i sc8 = q3_scales(w[i].scales);
+        const __m256i offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8),
+                                                 _mm256_loadu_si256((const __m256i *)x[i].bsums));
+        const __m256i sumi = _mm256_sub_epi32(two_bit_block_sums(w[i].qs, w[i].hmask, sc8, x[i].qs),
+                                              _mm256_slli_epi32(offset, 2));
+        const float d = x[i].d * avx2_fp16(w[i].d);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *out = avx2_hsum(acc);
+}
+
+/* ---- IQ4_XS: IQ4_NL's levels, a 6-bit scale per 32 elements ------------------------------ */
+
+/* sub-block s's scale minus 32 */
+static inline int iq4_xs_scale(const ev_block_iq4_xs *b, int s) {
+    return (((b->scales_l[s / 2] >> (4 * (s % 2))) & 0x0f) | (((b->scales_h >> (2 * s)) & 3) << 4)) - 32;
+}
+
+/* the 32 levels of sub-block s in element order (low nibbles 0..15, high 16..31) */
+EV_AVX2_INLINE __m256i iq4_xs_levels(const ev_block_iq4_xs *b, int s, __m256i table) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)(b->qs + 16 * s));
+    const __m256i codes = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0f));
+    return _mm256_shuffle_epi8(table, codes);
+}
+
+/* levels are signed (-127..113): |w| . sign(x, w) through maddubs (avx2_dot32's int16 step) */
+EV_AVX2 void ev_avx2_vec_dot_iq4_xs_q8_K(int64_t n, float *out, const void *w_row, const void *x_row) {
+    const ev_block_iq4_xs *w = w_row;
+    const ev_block_q8_K *x = x_row;
+    const __m128i t = _mm_loadu_si128((const __m128i *)ev_iq4nl_values);
+    const __m256i table = _mm256_set_m128i(t, t);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / EV_QK_K; i++) {
+        __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; s++) {
+            const __m256i wv = iq4_xs_levels(&w[i], s, table);
+            const __m256i x8 = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * s));
+            const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(x8, wv));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_set1_epi16((short)iq4_xs_scale(&w[i], s))));
         }
         const float d = x[i].d * avx2_fp16(w[i].d);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
@@ -219,38 +361,59 @@ EV_AVX2 void ev_avx2_vec_dot_q6_K_q8_K(int64_t n, float *out, const void *w_row,
 
 /* ---- row dequantisers for the many-token panels ------------------------------------------ */
 
-/* 32 unsigned byte codes (element order) as float32 into dst[32]: dl * code - ml, the
- * scalar dequantiser's two rounded operations (ml = 0 gives dl * code exactly) */
-EV_AVX2_INLINE void dq_codes32(__m256i codes, __m256 dl, __m256 ml, float *dst) {
+/* 32 signed byte codes (element order) as float32 into dst[32]: the first 16 as dl0 * code
+ * (- ml0 when has_min), the last 16 with dl1 (and ml1): the scalar dequantisers' rounded
+ * operations, in their order */
+EV_AVX2_INLINE void dq_codes32(__m256i codes, float dl0, float ml0, float dl1, float ml1,
+                               const int has_min, float *dst) {
     const __m128i lo = _mm256_castsi256_si128(codes), hi = _mm256_extracti128_si256(codes, 1);
     const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+#pragma GCC unroll 4
     for (int g = 0; g < 4; g++) {
         const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[g]));
-        _mm256_storeu_ps(dst + 8 * g, _mm256_sub_ps(_mm256_mul_ps(dl, q), ml));
+        const __m256 v = _mm256_mul_ps(_mm256_set1_ps(g < 2 ? dl0 : dl1), q);
+        _mm256_storeu_ps(dst + 8 * g, has_min ? _mm256_sub_ps(v, _mm256_set1_ps(g < 2 ? ml0 : ml1)) : v);
     }
 }
 
-/* n/256 Q4_K super-blocks -> dst[n]: bit-identical to ev_dequantize_row_q4_K */
-EV_AVX2 void ev_avx2_dequantize_q4_K(const void *src, float *dst, int64_t n) {
-    const ev_block_q4_K *b = src;
-    const __m256i low4 = _mm256_set1_epi8(0x0f);
-    for (int64_t i = 0; i < n / EV_QK_K; i++, dst += EV_QK_K) {
+/* Q4_K (qh NULL) / Q5_K super-blocks -> dst: bit-identical to ev_dequantize_row_q4_K / _q5_K
+ * (dl * code, then - ml) */
+EV_AVX2_INLINE void dequantize_k4(const uint8_t *block, int64_t block_bytes, int qh_at,
+                                  int qs_at, float *dst, int64_t n) {
+    const __m256i low4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    for (int64_t i = 0; i < n / EV_QK_K; i++, dst += EV_QK_K, block += block_bytes) {
+        const ev_block_q4_K *head = (const ev_block_q4_K *)block;   /* d, dmin, scales */
         uint64_t scales, mins;
-        k4_scales_mins(b[i].scales, &scales, &mins);
-        const float d = avx2_fp16(b[i].d), dmin = avx2_fp16(b[i].dmin);
+        k4_scales_mins(head->scales, &scales, &mins);
+        const float d = avx2_fp16(head->d), dmin = avx2_fp16(head->dmin);
+        const __m256i hbits = qh_at ? _mm256_loadu_si256((const __m256i *)(block + qh_at))
+                                    : _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
-            const __m256i q4 = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * c));
+            const __m256i q4 = _mm256_loadu_si256((const __m256i *)(block + qs_at + 32 * c));
+            __m256i lo = _mm256_and_si256(q4, low4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), low4);
+            if (qh_at) {
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * c), one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * c + 1), one), 4));
+            }
             const int s = 2 * c;
             const float dl0 = d * (float)(uint8_t)(scales >> (8 * s));
             const float ml0 = dmin * (float)(uint8_t)(mins >> (8 * s));
             const float dl1 = d * (float)(uint8_t)(scales >> (8 * s + 8));
             const float ml1 = dmin * (float)(uint8_t)(mins >> (8 * s + 8));
-            dq_codes32(_mm256_and_si256(q4, low4), _mm256_set1_ps(dl0), _mm256_set1_ps(ml0),
-                       dst + 64 * c);
-            dq_codes32(_mm256_and_si256(_mm256_srli_epi16(q4, 4), low4), _mm256_set1_ps(dl1),
-                       _mm256_set1_ps(ml1), dst + 64 * c + 32);
+            dq_codes32(lo, dl0, ml0, dl0, ml0, 1, dst + 64 * c);
+            dq_codes32(hi, dl1, ml1, dl1, ml1, 1, dst + 64 * c + 32);
         }
     }
+}
+
+EV_AVX2 void ev_avx2_dequantize_q4_K(const void *src, float *dst, int64_t n) {
+    dequantize_k4(src, sizeof(ev_block_q4_K), 0, offsetof(ev_block_q4_K, qs), dst, n);
+}
+
+EV_AVX2 void ev_avx2_dequantize_q5_K(const void *src, float *dst, int64_t n) {
+    dequantize_k4(src, sizeof(ev_block_q5_K), offsetof(ev_block_q5_K, qh),
+                  offsetof(ev_block_q5_K, qs), dst, n);
 }
 
 /* n/256 Q6_K super-blocks -> dst[n]: bit-identical to ev_dequantize_row_q6_K (d * scale,
@@ -263,17 +426,62 @@ EV_AVX2 void ev_avx2_dequantize_q6_K(const void *src, float *dst, int64_t n) {
             __m256i q[4];
             q6_codes(&b[i], h, q);
             for (int j = 0; j < 4; j++) {
-                const __m256i c = _mm256_sub_epi8(q[j], _mm256_set1_epi8(32));
                 const int s = 8 * h + 2 * j;   /* 16-element sub-blocks s and s + 1 */
-                const __m128i lo = _mm256_castsi256_si128(c), hi = _mm256_extracti128_si256(c, 1);
-                const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
-                float *o = dst + 128 * h + 32 * j;
-                for (int g = 0; g < 4; g++) {
-                    const __m256 ds = _mm256_set1_ps(d * (float)b[i].scales[s + g / 2]);
-                    const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[g]));
-                    _mm256_storeu_ps(o + 8 * g, _mm256_mul_ps(ds, v));
-                }
+                dq_codes32(_mm256_sub_epi8(q[j], _mm256_set1_epi8(32)), d * (float)b[i].scales[s],
+                           0.0f, d * (float)b[i].scales[s + 1], 0.0f, 0, dst + 128 * h + 32 * j);
             }
+        }
+    }
+}
+
+/* Q2_K -> dst: bit-identical to ev_dequantize_row_q2_K (dl * code, then - ml) */
+EV_AVX2 void ev_avx2_dequantize_q2_K(const void *src, float *dst, int64_t n) {
+    const ev_block_q2_K *b = src;
+    for (int64_t i = 0; i < n / EV_QK_K; i++, dst += EV_QK_K) {
+        const float d = avx2_fp16(b[i].d), dmin = avx2_fp16(b[i].dmin);
+        for (int h = 0; h < 2; h++) {
+            const __m256i qv = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * h));
+            for (int j = 0; j < 4; j++) {
+                const uint8_t s0 = b[i].scales[8 * h + 2 * j], s1 = b[i].scales[8 * h + 2 * j + 1];
+                dq_codes32(two_bit_codes(qv, j), d * (float)(s0 & 0x0f), dmin * (float)(s0 >> 4),
+                           d * (float)(s1 & 0x0f), dmin * (float)(s1 >> 4), 1, dst + 128 * h + 32 * j);
+            }
+        }
+    }
+}
+
+/* Q3_K -> dst: bit-identical to ev_dequantize_row_q3_K (d * scale, then times the code) */
+EV_AVX2 void ev_avx2_dequantize_q3_K(const void *src, float *dst, int64_t n) {
+    const ev_block_q3_K *b = src;
+    for (int64_t i = 0; i < n / EV_QK_K; i++, dst += EV_QK_K) {
+        const float d = avx2_fp16(b[i].d);
+        int8_t sc[16];
+        _mm_storeu_si128((__m128i *)sc, q3_scales(b[i].scales));
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)b[i].hmask);
+        for (int h = 0; h < 2; h++) {
+            const __m256i qv = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * h));
+            for (int j = 0; j < 4; j++) {
+                const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), _mm256_set1_epi8(1));
+                const __m256i q = _mm256_sub_epi8(_mm256_or_si256(two_bit_codes(qv, j), _mm256_slli_epi16(hb, 2)),
+                                                  _mm256_set1_epi8(4));
+                const int s = 8 * h + 2 * j;
+                dq_codes32(q, d * (float)sc[s], 0.0f, d * (float)sc[s + 1], 0.0f, 0,
+                           dst + 128 * h + 32 * j);
+            }
+        }
+    }
+}
+
+/* IQ4_XS -> dst: bit-identical to ev_dequantize_row_iq4_xs (d * scale, then times the level) */
+EV_AVX2 void ev_avx2_dequantize_iq4_xs(const void *src, float *dst, int64_t n) {
+    const ev_block_iq4_xs *b = src;
+    const __m128i t = _mm_loadu_si128((const __m128i *)ev_iq4nl_values);
+    const __m256i table = _mm256_set_m128i(t, t);
+    for (int64_t i = 0; i < n / EV_QK_K; i++, dst += EV_QK_K) {
+        const float d = avx2_fp16(b[i].d);
+        for (int s = 0; s < 8; s++) {
+            const float dl = d * (float)iq4_xs_scale(&b[i], s);
+            dq_codes32(iq4_xs_levels(&b[i], s, table), dl, 0.0f, dl, 0.0f, 0, dst + 32 * s);
         }
     }
 }
