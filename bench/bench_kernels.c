@@ -253,7 +253,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--kernels") && i + 1 < argc) set_arg = argv[++i];
         else {
             fprintf(stderr, "usage: %s [--quick] [--threads N] [--types q8_0,...] [--runs N] "
-                            "[--tok 1|128|512] [--shape 1|2|3] [--vit] [--no-stream] [--kernels scalar|avx2|...] [--dots]\n"
+                            "[--tok N] [--shape 1|2|3] [--vit] [--no-stream] [--kernels scalar|avx2|...] [--dots]\n"
                             "  --vit: the vision blocks' shapes at 784 patches (448x448)\n",
                     argv[0]);
             return 2;
@@ -310,7 +310,8 @@ int main(int argc, char **argv) {
     const int64_t (*shapes)[2] = vit ? vit_shapes : llm_shapes;
     const int n_shapes = vit ? 4 : 3;
     const int64_t llm_toks[3] = {1, 128, 512}, vit_toks[3] = {784, 0, 0};
-    const int64_t *toks = vit ? vit_toks : llm_toks;
+    const int64_t one_tok[3] = {only_tok, 0, 0};   /* --tok N: that count alone (e.g. 16) */
+    const int64_t *toks = only_tok ? one_tok : vit ? vit_toks : llm_toks;
     for (int nt = 1; nt <= 2; nt++) {
         if (only_threads && nt != only_threads) continue;
         ev_pool *pool = ev_pool_new(nt);
