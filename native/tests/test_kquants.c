@@ -17,6 +17,8 @@
 #include "kquant_fixtures.h"
 #if defined(__x86_64__)
 #include "arch/x86_avx2.h"
+#elif defined(__aarch64__)
+#include "arch/arm_neon_kquants.h"
 #endif
 #include "test_util.h"
 #include "types.h"
@@ -503,20 +505,32 @@ static void test_simd_k_dots_match_scalar(void) {
     }
 }
 
+/* the SIMD panel dequantisers (gemm_dq's pack_w: x86_avx2_sgemm.c, arm_neon_sgemm.c) bit
+ * for bit against the type table's to_float: on the fixture blocks (random and extreme,
+ * kquant_fixtures.h) and on rows of 1..8 super-blocks of random bytes */
+typedef struct simd_dequantiser {
+    int32_t type;
+    void (*dq)(const void *src, float *dst, int64_t n);
+} simd_dequantiser;
+
+static void test_simd_dequantisers_bit_identical(void) {
 #if defined(__x86_64__)
-/* the AVX2 panel dequantisers (gemm_dq's pack_w, x86_avx2_sgemm.c) bit for bit against the
- * type table's to_float: on the fixture blocks (random and extreme, kquant_fixtures.h) and on
- * rows of 1..8 super-blocks of random bytes */
-static void test_avx2_dequantisers_bit_identical(void) {
     if (!ev_kernels_x86_avx2()) return;   /* no AVX2 on this CPU */
-    const struct { int32_t type; void (*dq)(const void *, float *, int64_t); } dqs[] = {
+    const simd_dequantiser dqs[] = {
         {EV_TYPE_Q2_K, ev_avx2_dequantize_q2_K}, {EV_TYPE_Q3_K, ev_avx2_dequantize_q3_K},
         {EV_TYPE_Q4_K, ev_avx2_dequantize_q4_K}, {EV_TYPE_Q5_K, ev_avx2_dequantize_q5_K},
         {EV_TYPE_Q6_K, ev_avx2_dequantize_q6_K}, {EV_TYPE_IQ4_XS, ev_avx2_dequantize_iq4_xs}};
+#elif defined(__aarch64__)
+    const simd_dequantiser dqs[] = {{EV_TYPE_Q4_K, ev_neon_dequantize_q4_K},
+                                    {EV_TYPE_Q6_K, ev_neon_dequantize_q6_K}};
+#else
+    const simd_dequantiser dqs[] = {{EV_TYPE_Q4_K, NULL}};   /* no SIMD set here */
+#endif
     static uint8_t w[8 * 256];
     static float want[8 * 256], got[8 * 256];
     for (size_t di = 0; di < sizeof dqs / sizeof dqs[0]; di++) {
         const ev_type_traits *t = ev_type_get(dqs[di].type);
+        if (!dqs[di].dq) continue;
         int bad = 0, runs = 0;
         for (int f = 0; f < N_FIXTURES; f++) {
             if (FIXTURES[f].type != t->type) continue;
@@ -533,11 +547,10 @@ static void test_avx2_dequantisers_bit_identical(void) {
             dqs[di].dq(w, got, 256 * nb);
             bad += memcmp(want, got, 256 * sizeof(float) * (size_t)nb) != 0;
         }
-        CHECK_MSG(bad == 0, "AVX2 dequantiser of %s: %d of %d rows differ from to_float", t->name,
+        CHECK_MSG(bad == 0, "SIMD dequantiser of %s: %d of %d rows differ from to_float", t->name,
                   bad, runs);
     }
 }
-#endif
 
 /* ev_matmul of each SIMD set against the scalar set's for the Q8_K-dot types: 1, 3, 15
  * tokens (Q8_K activations, vec_dot) and 20 (float activations, gemm_dq with its panels),
@@ -607,8 +620,6 @@ int main(void) {
     test_simd_q8_K_bit_identical();
     test_simd_k_dots_match_scalar();
     test_simd_matmul_matches_scalar();
-#if defined(__x86_64__)
-    test_avx2_dequantisers_bit_identical();
-#endif
+    test_simd_dequantisers_bit_identical();
     return tu_report("test_kquants");
 }

@@ -1,7 +1,8 @@
 /*
  * arm_neon_kquants.c - the NEON Q8_K activation quantiser, bit-identical to
- * ev_quantize_row_q8_K for every input (the K-quant dot products are the template
- * arm_neon_k.h). Compiles to nothing off aarch64.
+ * ev_quantize_row_q8_K for every input, and the Q4_K / Q6_K row dequantisers of the
+ * many-token panels, bit-identical to the type table's to_float (the K-quant dot products
+ * are the template arm_neon_k.h). Compiles to nothing off aarch64.
  */
 #if defined(__aarch64__)
 
@@ -54,6 +55,79 @@ void ev_neon_quantize_q8_K(const float *x, ev_block_q8_K *y, int64_t n) {
             y[i].bsums[g / 16] = (int16_t)vaddlvq_s8(q);
         }
         y[i].d = 1.0f / iscale;
+    }
+}
+
+/* ---- row dequantisers for the many-token panels (arm_neon_sgemm.c) ----------------------- */
+
+/* 16 byte codes (unsigned, or signed when is_signed) as float32 into dst[16]: dl * code,
+ * then - ml when has_min: the scalar dequantisers' two rounded operations, in their order */
+static inline __attribute__((always_inline)) void dq16(uint8x16_t codes, const int is_signed,
+                                                       float dl, float ml, const int has_min,
+                                                       float *dst) {
+    int32x4_t q[4];
+    if (is_signed) {
+        const int16x8_t lo = vmovl_s8(vget_low_s8(vreinterpretq_s8_u8(codes)));
+        const int16x8_t hi = vmovl_high_s8(vreinterpretq_s8_u8(codes));
+        q[0] = vmovl_s16(vget_low_s16(lo)), q[1] = vmovl_high_s16(lo);
+        q[2] = vmovl_s16(vget_low_s16(hi)), q[3] = vmovl_high_s16(hi);
+    } else {
+        const uint16x8_t lo = vmovl_u8(vget_low_u8(codes)), hi = vmovl_high_u8(codes);
+        q[0] = vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(lo)));
+        q[1] = vreinterpretq_s32_u32(vmovl_high_u16(lo));
+        q[2] = vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(hi)));
+        q[3] = vreinterpretq_s32_u32(vmovl_high_u16(hi));
+    }
+    for (int g = 0; g < 4; g++) {
+        const float32x4_t v = vmulq_n_f32(vcvtq_f32_s32(q[g]), dl);
+        vst1q_f32(dst + 4 * g, has_min ? vsubq_f32(v, vdupq_n_f32(ml)) : v);
+    }
+}
+
+/* n/256 Q4_K super-blocks -> dst[n]: bit-identical to ev_dequantize_row_q4_K */
+void ev_neon_dequantize_q4_K(const void *src, float *dst, int64_t n) {
+    const ev_block_q4_K *b = src;
+    const uint8x16_t low4 = vdupq_n_u8(0x0f);
+    for (int64_t i = 0; i < n / EV_QK_K; i++, dst += EV_QK_K) {
+        const float d = ev_fp16_to_f32(b[i].d), dmin = ev_fp16_to_f32(b[i].dmin);
+        for (int c = 0; c < 4; c++) {   /* sub-blocks 2c (low nibbles), 2c + 1 (high) */
+            uint8_t sc0, m0, sc1, m1;
+            ev_k4_scale_min(2 * c, b[i].scales, &sc0, &m0);
+            ev_k4_scale_min(2 * c + 1, b[i].scales, &sc1, &m1);
+            const float dl0 = d * (float)sc0, ml0 = dmin * (float)m0;
+            const float dl1 = d * (float)sc1, ml1 = dmin * (float)m1;
+            const uint8x16_t a = vld1q_u8(b[i].qs + 32 * c), e = vld1q_u8(b[i].qs + 32 * c + 16);
+            float *o = dst + 64 * c;
+            dq16(vandq_u8(a, low4), 0, dl0, ml0, 1, o);
+            dq16(vandq_u8(e, low4), 0, dl0, ml0, 1, o + 16);
+            dq16(vshrq_n_u8(a, 4), 0, dl1, ml1, 1, o + 32);
+            dq16(vshrq_n_u8(e, 4), 0, dl1, ml1, 1, o + 48);
+        }
+    }
+}
+
+/* n/256 Q6_K super-blocks -> dst[n]: bit-identical to ev_dequantize_row_q6_K (d * scale,
+ * then times (code - 32)) */
+void ev_neon_dequantize_q6_K(const void *src, float *dst, int64_t n) {
+    const ev_block_q6_K *b = src;
+    const uint8x16_t low4 = vdupq_n_u8(0x0f), bits45 = vdupq_n_u8(0x30), m32 = vdupq_n_u8(32);
+    for (int64_t i = 0; i < n / EV_QK_K; i++, dst += EV_QK_K) {
+        const float d = ev_fp16_to_f32(b[i].d);
+        for (int h = 0; h < 2; h++)
+            for (int l = 0; l < 32; l += 16) {   /* elements 128 h + 32 j + l .. + 15 */
+                const uint8x16_t qa = vld1q_u8(b[i].ql + 64 * h + l);
+                const uint8x16_t qb = vld1q_u8(b[i].ql + 64 * h + 32 + l);
+                const uint8x16_t qh = vld1q_u8(b[i].qh + 32 * h + l);
+                uint8x16_t q[4];
+                q[0] = vorrq_u8(vandq_u8(qa, low4), vandq_u8(vshlq_n_u8(qh, 4), bits45));
+                q[1] = vorrq_u8(vandq_u8(qb, low4), vandq_u8(vshlq_n_u8(qh, 2), bits45));
+                q[2] = vorrq_u8(vshrq_n_u8(qa, 4), vandq_u8(qh, bits45));
+                q[3] = vorrq_u8(vshrq_n_u8(qb, 4), vandq_u8(vshrq_n_u8(qh, 2), bits45));
+                for (int j = 0; j < 4; j++) {
+                    const int e = 128 * h + 32 * j + l;
+                    dq16(vsubq_u8(q[j], m32), 1, d * (float)b[i].scales[e / 16], 0.0f, 0, dst + e);
+                }
+            }
     }
 }
 
