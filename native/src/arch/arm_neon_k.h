@@ -5,8 +5,9 @@
  * sums of a super-block are exact, its float sums in another order (ggml's NEON kernels in
  * ggml-cpu/arch/arm/quants.c do the same).
  *
- * Bounds: a 16-element dot of codes |q| <= 32 (Q6_K, q - 32) or <= 15 (Q4_K) with |q8| <= 127
- * stays below 2^16; times a scale (<= 128 in magnitude), summed over a super-block: < 2^27.
+ * Bounds: a 16-element dot of codes |q| <= 32 (Q6_K, q - 32), <= 31 (Q5_K) or <= 127
+ * (IQ4_XS levels) with |q8| <= 127 stays below 2^18; times a scale (<= 128 in magnitude),
+ * summed over a super-block: < 2^29. The plain-NEON int16 products are exact (< 2^15).
  */
 
 /* sum over 16 int8 pairs w . x as 4 int32 lanes */
@@ -19,40 +20,89 @@ static inline __attribute__((always_inline)) int32x4_t NQ(dot16)(int8x16_t w, in
 #endif
 }
 
-/* Q4_K: per 64 elements, the low nibbles of 32 bytes (sub-block 2c) and their high nibbles
- * (2c + 1), each dot times its 6-bit scale; the mins through Q8_K's 16-element sums */
-static void NQ(vec_dot_q4_K)(int64_t n, float *out, const void *w_row, const void *x_row) {
-    const ev_block_q4_K *w = w_row;
-    const ev_block_q8_K *x = x_row;
-    const uint8x16_t low4 = vdupq_n_u8(0x0f);
+/* Q4_K (w5 NULL) / Q5_K (w4 NULL): per 64 elements, the low nibbles of 32 bytes (sub-block
+ * 2c) and their high nibbles (2c + 1), Q5_K's 5th bit (bit s of qh[l]) adding 16, each dot
+ * times its 6-bit scale; the mins through Q8_K's 16-element sums */
+static inline __attribute__((always_inline)) float NQ(k4_dot)(int64_t n, const ev_block_q4_K *w4,
+                                                              const ev_block_q5_K *w5,
+                                                              const ev_block_q8_K *x) {
+    const uint8x16_t low4 = vdupq_n_u8(0x0f), bit4 = vdupq_n_u8(0x10);
     float32x4_t acc = vdupq_n_f32(0.0f);
     float sum_min = 0.0f;
     for (int64_t i = 0; i < n / EV_QK_K; i++) {
+        const uint8_t *scales = w4 ? w4[i].scales : w5[i].scales;
+        const uint8_t *qs = w4 ? w4[i].qs : w5[i].qs;
         uint8_t sc[8], m[8];
-        for (int j = 0; j < 8; j++) ev_k4_scale_min(j, w[i].scales, &sc[j], &m[j]);
+        for (int j = 0; j < 8; j++) ev_k4_scale_min(j, scales, &sc[j], &m[j]);
         /* sum over sub-blocks j of m[j] * (bsums[2j] + bsums[2j + 1]) */
         const int16x8_t pair = vpaddq_s16(vld1q_s16(x[i].bsums), vld1q_s16(x[i].bsums + 8));
         const int16x8_t mins = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(m)));
         const int32x4_t pm = vmlal_high_s16(vmull_s16(vget_low_s16(mins), vget_low_s16(pair)), mins, pair);
-        const float d = x[i].d * neon_fp16(w[i].d), dmin = x[i].d * neon_fp16(w[i].dmin);
+        const float d = x[i].d * neon_fp16(w4 ? w4[i].d : w5[i].d);
+        const float dmin = x[i].d * neon_fp16(w4 ? w4[i].dmin : w5[i].dmin);
         sum_min += dmin * (float)vaddvq_s32(pm);
+        uint8x16_t h0 = vdupq_n_u8(0), h1 = h0;   /* Q5_K: qh[0..15], qh[16..31] */
+        if (w5) {
+            h0 = vld1q_u8(w5[i].qh);
+            h1 = vld1q_u8(w5[i].qh + 16);
+        }
         int32x4_t sumi = vdupq_n_s32(0);
         for (int c = 0; c < 4; c++) {
-            const uint8_t *qs = w[i].qs + 32 * c;
             const int8_t *q8 = x[i].qs + 64 * c;
-            const uint8x16_t a = vld1q_u8(qs), b = vld1q_u8(qs + 16);
-            const int8x16_t lo0 = vreinterpretq_s8_u8(vandq_u8(a, low4));
-            const int8x16_t lo1 = vreinterpretq_s8_u8(vandq_u8(b, low4));
-            const int8x16_t hi0 = vreinterpretq_s8_u8(vshrq_n_u8(a, 4));
-            const int8x16_t hi1 = vreinterpretq_s8_u8(vshrq_n_u8(b, 4));
-            const int32x4_t plo = vaddq_s32(NQ(dot16)(lo0, vld1q_s8(q8)), NQ(dot16)(lo1, vld1q_s8(q8 + 16)));
-            const int32x4_t phi = vaddq_s32(NQ(dot16)(hi0, vld1q_s8(q8 + 32)), NQ(dot16)(hi1, vld1q_s8(q8 + 48)));
+            const uint8x16_t a = vld1q_u8(qs + 32 * c), b = vld1q_u8(qs + 32 * c + 16);
+            uint8x16_t lo0 = vandq_u8(a, low4), lo1 = vandq_u8(b, low4);
+            uint8x16_t hi0 = vshrq_n_u8(a, 4), hi1 = vshrq_n_u8(b, 4);
+            if (w5) {   /* bit 2c (low nibbles) and 2c + 1 (high) of qh, moved to bit 4 */
+                const int8x16_t lo_shift = vdupq_n_s8((int8_t)(4 - 2 * c));
+                const int8x16_t hi_shift = vdupq_n_s8((int8_t)(3 - 2 * c));
+                lo0 = vorrq_u8(lo0, vandq_u8(vshlq_u8(h0, lo_shift), bit4));
+                lo1 = vorrq_u8(lo1, vandq_u8(vshlq_u8(h1, lo_shift), bit4));
+                hi0 = vorrq_u8(hi0, vandq_u8(vshlq_u8(h0, hi_shift), bit4));
+                hi1 = vorrq_u8(hi1, vandq_u8(vshlq_u8(h1, hi_shift), bit4));
+            }
+            const int32x4_t plo = vaddq_s32(NQ(dot16)(vreinterpretq_s8_u8(lo0), vld1q_s8(q8)),
+                                            NQ(dot16)(vreinterpretq_s8_u8(lo1), vld1q_s8(q8 + 16)));
+            const int32x4_t phi = vaddq_s32(NQ(dot16)(vreinterpretq_s8_u8(hi0), vld1q_s8(q8 + 32)),
+                                            NQ(dot16)(vreinterpretq_s8_u8(hi1), vld1q_s8(q8 + 48)));
             sumi = vmlaq_n_s32(sumi, plo, sc[2 * c]);
             sumi = vmlaq_n_s32(sumi, phi, sc[2 * c + 1]);
         }
         acc = vfmaq_n_f32(acc, vcvtq_f32_s32(sumi), d);
     }
-    *out = vaddvq_f32(acc) - sum_min;
+    return vaddvq_f32(acc) - sum_min;
+}
+
+static void NQ(vec_dot_q4_K)(int64_t n, float *out, const void *w_row, const void *x_row) {
+    *out = NQ(k4_dot)(n, w_row, NULL, x_row);
+}
+
+static void NQ(vec_dot_q5_K)(int64_t n, float *out, const void *w_row, const void *x_row) {
+    *out = NQ(k4_dot)(n, NULL, w_row, x_row);
+}
+
+/* IQ4_XS: the levels looked up (TBL) from the nibbles, 32 per sub-block with a 6-bit scale
+ * minus 32 */
+static void NQ(vec_dot_iq4_xs)(int64_t n, float *out, const void *w_row, const void *x_row) {
+    const ev_block_iq4_xs *w = w_row;
+    const ev_block_q8_K *x = x_row;
+    const int8x16_t levels = vld1q_s8(ev_iq4nl_values);
+    const uint8x16_t low4 = vdupq_n_u8(0x0f);
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    for (int64_t i = 0; i < n / EV_QK_K; i++) {
+        int32x4_t sumi = vdupq_n_s32(0);
+        for (int s = 0; s < 8; s++) {
+            const int ls = (((w[i].scales_l[s / 2] >> (4 * (s % 2))) & 0x0f) |
+                            (((w[i].scales_h >> (2 * s)) & 3) << 4)) - 32;
+            const uint8x16_t q = vld1q_u8(w[i].qs + 16 * s);
+            const int8x16_t lo = vqtbl1q_s8(levels, vandq_u8(q, low4));
+            const int8x16_t hi = vqtbl1q_s8(levels, vshrq_n_u8(q, 4));
+            const int8_t *q8 = x[i].qs + 32 * s;
+            const int32x4_t p = vaddq_s32(NQ(dot16)(lo, vld1q_s8(q8)), NQ(dot16)(hi, vld1q_s8(q8 + 16)));
+            sumi = vmlaq_n_s32(sumi, p, ls);
+        }
+        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(sumi), x[i].d * neon_fp16(w[i].d));
+    }
+    *out = vaddvq_f32(acc);
 }
 
 /* Q6_K: the codes minus 32 as int8, 16 at a time, each 16 with its own scale */
