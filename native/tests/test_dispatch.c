@@ -247,7 +247,7 @@ static int check_kernels(const ev_kernels *k, operands *o, int *ran) {
  * "avx2", "avx512-*"; "neon", "neon-dotprod"); the scalar set has none. */
 static const struct { const char *prefix; int32_t types[8]; } K_DOTS[] = {
     {"avx", {EV_TYPE_Q2_K, EV_TYPE_Q3_K, EV_TYPE_Q4_K, EV_TYPE_Q5_K, EV_TYPE_Q6_K, EV_TYPE_IQ4_XS}},
-    {"neon", {EV_TYPE_Q4_K, EV_TYPE_Q5_K, EV_TYPE_Q6_K, EV_TYPE_IQ4_XS}},
+    {"neon", {EV_TYPE_Q2_K, EV_TYPE_Q3_K, EV_TYPE_Q4_K, EV_TYPE_Q5_K, EV_TYPE_Q6_K, EV_TYPE_IQ4_XS}},
 };
 
 static int has_k_dot(const ev_kernels *k, int32_t type) {

@@ -267,7 +267,9 @@ static void gemm_bf16(const ev_gemm_args *a, int64_t r0, int64_t r1) {
                     [EV_TYPE_Q4_K] = vec_dot_q4_K_##SUFFIX,                                 \
                     [EV_TYPE_Q6_K] = vec_dot_q6_K_##SUFFIX,                                 \
                     [EV_TYPE_Q5_K] = vec_dot_q5_K_##SUFFIX,                                 \
-                    [EV_TYPE_IQ4_XS] = vec_dot_iq4_xs_##SUFFIX},                            \
+                    [EV_TYPE_IQ4_XS] = vec_dot_iq4_xs_##SUFFIX,                             \
+                    [EV_TYPE_Q2_K] = vec_dot_q2_K_##SUFFIX,                                 \
+                    [EV_TYPE_Q3_K] = vec_dot_q3_K_##SUFFIX},                                \
         .dot_f32 = dot_f32, .axpy_f32 = axpy_f32, .dot_f16_f32 = dot_f16_f32,               \
         .axpy_f16_f32 = axpy_f16_f32, .quantize_q8_0 = quantize_q8_0,                       \
         .quantize_q8_K = ev_neon_quantize_q8_K,                                             \

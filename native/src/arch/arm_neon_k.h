@@ -135,3 +135,71 @@ static void NQ(vec_dot_q6_K)(int64_t n, float *out, const void *w_row, const voi
     }
     *out = vaddvq_f32(acc);
 }
+
+/* Q2_K (hmask NULL, codes 0..3) / Q3_K (codes (low | high bit << 2) - 4): sum over the 16
+ * sub-blocks of scale[s] * (codes . q8) over 16 elements; element 128 h + 32 j + l is bits 2j
+ * of qs[32 h + l] (and bit 4 h + j of hmask[l]) */
+static inline __attribute__((always_inline)) int32x4_t NQ(two_bit_sums)(const uint8_t *qs,
+                                                                        const uint8_t *hmask,
+                                                                        const int *scale,
+                                                                        const int8_t *q8) {
+    const uint8x16_t three = vdupq_n_u8(3), one = vdupq_n_u8(1);
+    int32x4_t sumi = vdupq_n_s32(0);
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 32; l += 16) {
+            const uint8x16_t qv = vld1q_u8(qs + 32 * h + l);
+            const uint8x16_t hm = hmask ? vld1q_u8(hmask + l) : vdupq_n_u8(0);
+            for (int j = 0; j < 4; j++) {
+                const int e = 128 * h + 32 * j + l;
+                int8x16_t c = vreinterpretq_s8_u8(vandq_u8(vshlq_u8(qv, vdupq_n_s8((int8_t)(-2 * j))), three));
+                if (hmask) {
+                    const uint8x16_t hb = vandq_u8(vshlq_u8(hm, vdupq_n_s8((int8_t)(-(4 * h + j)))), one);
+                    c = vsubq_s8(vaddq_s8(c, vreinterpretq_s8_u8(vshlq_n_u8(hb, 2))), vdupq_n_s8(4));
+                }
+                sumi = vmlaq_n_s32(sumi, NQ(dot16)(c, vld1q_s8(q8 + e)), scale[e / 16]);
+            }
+        }
+    return sumi;
+}
+
+/* Q2_K: d * sum(scale q x) - dmin * sum(min bsums) */
+static void NQ(vec_dot_q2_K)(int64_t n, float *out, const void *w_row, const void *x_row) {
+    const ev_block_q2_K *w = w_row;
+    const ev_block_q8_K *x = x_row;
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    float sum_min = 0.0f;
+    for (int64_t i = 0; i < n / EV_QK_K; i++) {
+        int scale[16];
+        for (int s = 0; s < 16; s++) scale[s] = w[i].scales[s] & 0x0f;
+        const uint8x16_t packed = vld1q_u8(w[i].scales);
+        const int16x8_t m_lo = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(vshrq_n_u8(packed, 4))));
+        const int16x8_t m_hi = vreinterpretq_s16_u16(vmovl_high_u8(vshrq_n_u8(packed, 4)));
+        const int16x8_t b_lo = vld1q_s16(x[i].bsums), b_hi = vld1q_s16(x[i].bsums + 8);
+        int32x4_t pm = vmull_s16(vget_low_s16(m_lo), vget_low_s16(b_lo));
+        pm = vmlal_high_s16(pm, m_lo, b_lo);
+        pm = vmlal_s16(pm, vget_low_s16(m_hi), vget_low_s16(b_hi));
+        pm = vmlal_high_s16(pm, m_hi, b_hi);
+        sum_min += x[i].d * neon_fp16(w[i].dmin) * (float)vaddvq_s32(pm);
+        const int32x4_t sumi = NQ(two_bit_sums)(w[i].qs, NULL, scale, x[i].qs);
+        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(sumi), x[i].d * neon_fp16(w[i].d));
+    }
+    *out = vaddvq_f32(acc) - sum_min;
+}
+
+/* Q3_K: 16 signed 6-bit scales (q3_K_scale in quants_k.c) */
+static void NQ(vec_dot_q3_K)(int64_t n, float *out, const void *w_row, const void *x_row) {
+    const ev_block_q3_K *w = w_row;
+    const ev_block_q8_K *x = x_row;
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    for (int64_t i = 0; i < n / EV_QK_K; i++) {
+        int scale[16];
+        for (int s = 0; s < 16; s++) {
+            const int low = s < 8 ? w[i].scales[s] & 0x0f : w[i].scales[s - 8] >> 4;
+            const int high = (w[i].scales[8 + s % 4] >> (2 * (s / 4))) & 3;
+            scale[s] = (low | (high << 4)) - 32;
+        }
+        const int32x4_t sumi = NQ(two_bit_sums)(w[i].qs, w[i].hmask, scale, x[i].qs);
+        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(sumi), x[i].d * neon_fp16(w[i].d));
+    }
+    *out = vaddvq_f32(acc);
+}
