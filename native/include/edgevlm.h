@@ -215,6 +215,23 @@ edgevlm_status edgevlm_sample(edgevlm_session *session, float *logits,
                               const edgevlm_sampling *params, const int32_t *history,
                               int64_t n_history, int32_t *out_token);
 
+/* ---- quantisation (for converters) ----------------------------------------------------- */
+
+/* Quantises n_rows rows of n_per_row float32 values into rows of `type` (a ggml type id of
+ * edgevlm's weight table: F32, F16, BF16, Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL,
+ * IQ4_XS) with the type's reference quantiser, llama.cpp's quantize_row_*_ref /
+ * quantize_iq4_* as llama-quantize runs them without an importance matrix. Thread-safe, no
+ * allocation.
+ *   src            float32 [n_rows, n_per_row], every value finite
+ *   dst            [n_rows, row bytes of n_per_row values of `type`]
+ * Returns the bytes written (n_rows * row bytes), or a negative edgevlm_status:
+ *   -EDGEVLM_ERR_UNSUPPORTED    a type the table does not have
+ *   -EDGEVLM_ERR_ARGUMENT       a NULL, n_rows < 0, n_per_row <= 0 or not a multiple of the
+ *                               type's block size (32 or 256 values), a size overflow
+ *   -EDGEVLM_ERR_INVALID_INPUT  a NaN or infinite value in src (nothing is written) */
+int64_t edgevlm_quantize_rows(int32_t type, const float *src, void *dst, int64_t n_rows,
+                              int64_t n_per_row);
+
 /* ---- base64 --------------------------------------------------------------------------- */
 
 /* Decodes strict base64: the standard alphabet (A-Z a-z 0-9 + /), a length that is a multiple

@@ -101,7 +101,7 @@ typedef struct ev_kernels {
      * ev_quantize_row_q8_0. */
     void (*quantize_q8_0)(const float *x, ev_block_q8_0 *y, int64_t n);
     /* Activation quantisation for the K-quants and IQ4_XS; bit-identical to
-     * ev_quantize_row_q8_K (only the scalar one so far). */
+     * ev_quantize_row_q8_K (the scalar one; AVX2 and NEON have their own). */
     void (*quantize_q8_K)(const float *x, ev_block_q8_K *y, int64_t n);
     /* Register-blocked matrix products by weight type (many tokens per weight block decoded);
      * NULL: ev_matmul runs vec_dot over every (token, row) pair. */

@@ -19,6 +19,22 @@ float ev_meta_f32(const gguf_file *f, const char *key, float dflt) {
     return gguf_get_f32(f, key, &v) ? v : dflt;
 }
 
+/* 1 when data lies where the kernels may read it as the type's C type: float32 values at a
+ * multiple of 4, float16/bfloat16 values and blocks (whose widest field is a float16 scale;
+ * every block size is even, so every row starts aligned too) at a multiple of 2. The reader
+ * places data at the file's general.alignment, which may be 1 or 2: a file written so would
+ * otherwise be read through misaligned pointers (undefined behaviour: UBSan in fuzz_gguf). */
+static int check_aligned(ev_loader *L, const char *name, int32_t type, const void *data) {
+    const uintptr_t need = type == EV_TYPE_F32 ? _Alignof(float) : _Alignof(ev_fp16);
+    if ((uintptr_t)data % need == 0) return 1;
+    ev_errf(L->err, L->err_len, "%s file: tensor '%s' data at offset %llu is not %u-byte "
+            "aligned (general.alignment %llu); edgevlm reads tensors in place: write the file "
+            "with the default alignment (32)", L->file_label, name,
+            (unsigned long long)((const uint8_t *)data - L->f->base), (unsigned)need,
+            (unsigned long long)L->f->alignment);
+    return 0;
+}
+
 int ev_load_tensor(ev_loader *L, ev_tensor *out, const char *name, int64_t ne0, int64_t ne1,
                    int optional) {
     memset(out, 0, sizeof *out);
@@ -51,6 +67,7 @@ int ev_load_tensor(ev_loader *L, ev_tensor *out, const char *name, int64_t ne0, 
                 tr->name, tr->block_size);
         return 0;
     }
+    if (!is_matrix && !check_aligned(L, name, t->type, t->data)) return 0;
     if (is_matrix && !ev_load_check_scales(L, name, t->type, t->data, want1, ne0)) return 0;
     out->data = t->data;
     out->type = t->type;
@@ -60,6 +77,7 @@ int ev_load_tensor(ev_loader *L, ev_tensor *out, const char *name, int64_t ne0, 
 
 int ev_load_check_scales(ev_loader *L, const char *name, int32_t type, const void *data,
                          int64_t n_rows, int64_t row_len) {
+    if (!check_aligned(L, name, type, data)) return 0;
     const ev_type_traits *tr = ev_type_get(type);
     const int64_t per_row = row_len / tr->block_size;
     const int64_t bad = ev_first_nonfinite_scale(type, data, per_row * n_rows);

@@ -1,7 +1,7 @@
 /*
  * types.c - the element-type table (ggml ids and block layouts), half/bfloat16 conversions,
- * row dequantisation and llama.cpp's reference quantisers of Q8_0/Q4_0 (the K-quants and IQ4
- * are in quants_k.c and quants_iq4.c).
+ * row dequantisation and llama.cpp's reference quantisers of Q8_0/Q4_0 (Q4_1/Q5_0/Q5_1, the
+ * K-quants and IQ4 are in quants_legacy.c, quants_k.c and quants_iq4.c).
  *
  * The conversions here are the exact scalar reference: round to nearest even, subnormals,
  * infinities and NaNs handled bit for bit. SIMD paths elsewhere are tested against them.
@@ -141,7 +141,7 @@ static void q4_0_from_float(const float *src, void *dst, int64_t n) {
     ev_quantize_row_q4_0(src, dst, n);
 }
 
-/* the K-quants, IQ4 and Q8_K through the table's untyped signatures */
+/* Q4_1/Q5_0/Q5_1, the K-quants, IQ4 and Q8_K through the table's untyped signatures */
 #define UNTYPED_ROW_FUNCS(suffix, block)                                                   \
     static void suffix##_to_float(const void *src, float *dst, int64_t n) {                \
         ev_dequantize_row_##suffix((const block *)src, dst, n);                            \
@@ -149,6 +149,9 @@ static void q4_0_from_float(const float *src, void *dst, int64_t n) {
     static void suffix##_from_float(const float *src, void *dst, int64_t n) {              \
         ev_quantize_row_##suffix(src, (block *)dst, n);                                    \
     }
+UNTYPED_ROW_FUNCS(q4_1, ev_block_q4_1)
+UNTYPED_ROW_FUNCS(q5_0, ev_block_q5_0)
+UNTYPED_ROW_FUNCS(q5_1, ev_block_q5_1)
 UNTYPED_ROW_FUNCS(q2_K, ev_block_q2_K)
 UNTYPED_ROW_FUNCS(q3_K, ev_block_q3_K)
 UNTYPED_ROW_FUNCS(q4_K, ev_block_q4_K)
@@ -164,6 +167,7 @@ UNTYPED_ROW_FUNCS(q8_K, ev_block_q8_K)
 #define NO_SCALES {-1, -1}
 #define SCALE_D(block) {(int32_t)offsetof(block, d), -1}
 #define SCALES_D_DMIN(block) {(int32_t)offsetof(block, d), (int32_t)offsetof(block, dmin)}
+#define SCALES_D_M(block) {(int32_t)offsetof(block, d), (int32_t)offsetof(block, m)}
 #define BLOCK(block) (int32_t)sizeof(block)
 
 static const ev_type_traits TYPES[] = {
@@ -174,6 +178,13 @@ static const ev_type_traits TYPES[] = {
      q8_0_to_float, q8_0_from_float},
     {EV_TYPE_Q4_0, "q4_0", EV_QK, BLOCK(ev_block_q4_0), EV_TYPE_Q8_0, SCALE_D(ev_block_q4_0),
      q4_0_to_float, q4_0_from_float},
+    /* Q4_1/Q5_1 take Q8_0 activations, not ggml's Q8_1 (vec_dot_type, types.h) */
+    {EV_TYPE_Q4_1, "q4_1", EV_QK, BLOCK(ev_block_q4_1), EV_TYPE_Q8_0, SCALES_D_M(ev_block_q4_1),
+     q4_1_to_float, q4_1_from_float},
+    {EV_TYPE_Q5_0, "q5_0", EV_QK, BLOCK(ev_block_q5_0), EV_TYPE_Q8_0, SCALE_D(ev_block_q5_0),
+     q5_0_to_float, q5_0_from_float},
+    {EV_TYPE_Q5_1, "q5_1", EV_QK, BLOCK(ev_block_q5_1), EV_TYPE_Q8_0, SCALES_D_M(ev_block_q5_1),
+     q5_1_to_float, q5_1_from_float},
     {EV_TYPE_Q2_K, "q2_K", EV_QK_K, BLOCK(ev_block_q2_K), EV_TYPE_Q8_K,
      SCALES_D_DMIN(ev_block_q2_K), q2_K_to_float, q2_K_from_float},
     {EV_TYPE_Q3_K, "q3_K", EV_QK_K, BLOCK(ev_block_q3_K), EV_TYPE_Q8_K, SCALE_D(ev_block_q3_K),
@@ -204,6 +215,9 @@ static const ev_type_traits ACT_TYPES[] = {
 _Static_assert(sizeof(ev_block_q8_0) == 34, "Q8_0 block is 34 bytes");
 _Static_assert(sizeof(ev_block_q4_0) == 18, "Q4_0 block is 18 bytes");
 _Static_assert(sizeof(ev_block_iq4_nl) == 18, "IQ4_NL block is 18 bytes");
+_Static_assert(sizeof(ev_block_q4_1) == 20, "Q4_1 block is 20 bytes");
+_Static_assert(sizeof(ev_block_q5_0) == 22, "Q5_0 block is 22 bytes");
+_Static_assert(sizeof(ev_block_q5_1) == 24, "Q5_1 block is 24 bytes");
 _Static_assert(sizeof(ev_block_q2_K) == 84, "Q2_K block is 84 bytes");
 _Static_assert(sizeof(ev_block_q3_K) == 110, "Q3_K block is 110 bytes");
 _Static_assert(sizeof(ev_block_q4_K) == 144, "Q4_K block is 144 bytes");

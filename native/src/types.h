@@ -18,6 +18,9 @@ enum ev_type {
     EV_TYPE_F32 = 0,
     EV_TYPE_F16 = 1,
     EV_TYPE_Q4_0 = 2,
+    EV_TYPE_Q4_1 = 3,
+    EV_TYPE_Q5_0 = 6,
+    EV_TYPE_Q5_1 = 7,
     EV_TYPE_Q8_0 = 8,
     EV_TYPE_Q2_K = 10,
     EV_TYPE_Q3_K = 11,
@@ -31,7 +34,7 @@ enum ev_type {
 };
 #define EV_TYPE_MAX 31             /* every id of the type table is <= this (kernel tables) */
 
-#define EV_QK 32                   /* elements per Q8_0 / Q4_0 / IQ4_NL block */
+#define EV_QK 32                   /* elements per Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL block */
 #define EV_QK_K 256                /* elements per K-quant / IQ4_XS / Q8_K super-block */
 #define EV_K_SCALE_BYTES 12        /* Q4_K / Q5_K: 8 6-bit scales + 8 6-bit mins in 12 bytes */
 
@@ -49,6 +52,40 @@ typedef struct ev_block_q4_0 {     /* 18 bytes */
     ev_fp16 d;                     /* scale */
     uint8_t qs[EV_QK / 2];         /* low nibbles: elements 0..15, high: 16..31; value = (q-8)*d */
 } ev_block_q4_0;
+
+/* Q4_1, Q5_0 and Q5_1: what llama-quantize stores, in a Q4_K / Q5_K file, for matrices whose
+ * rows are not whole 256-element super-blocks (quants_legacy.c). */
+typedef struct ev_block_q4_1 {     /* 20 bytes, 5 bits a value */
+    ev_fp16 d;                     /* scale */
+    ev_fp16 m;                     /* offset: the block's minimum */
+    uint8_t qs[EV_QK / 2];         /* low nibbles: elements 0..15, high: 16..31; value = q*d + m */
+} ev_block_q4_1;
+
+/* Q5_0 / Q5_1 codes q (0..31): the low 4 bits in qs as Q4_0's nibbles, the 5th bit of element
+ * e (e < 32) at bit e of qh read as a little-endian uint32 (ev_q5_codes). */
+typedef struct ev_block_q5_0 {     /* 22 bytes, 5.5 bits a value */
+    ev_fp16 d;                     /* scale */
+    uint8_t qh[4];                 /* 5th bits */
+    uint8_t qs[EV_QK / 2];         /* low 4 bits; value = (q - 16)*d */
+} ev_block_q5_0;
+
+typedef struct ev_block_q5_1 {     /* 24 bytes, 6 bits a value */
+    ev_fp16 d;                     /* scale */
+    ev_fp16 m;                     /* offset: the block's minimum */
+    uint8_t qh[4];                 /* 5th bits */
+    uint8_t qs[EV_QK / 2];         /* low 4 bits; value = q*d + m */
+} ev_block_q5_1;
+
+/* The 32 5-bit codes (0..31) of a Q5_0 / Q5_1 block, in element order, into q[32]. */
+static inline void ev_q5_codes(const uint8_t qs[EV_QK / 2], const uint8_t qh[4],
+                               uint8_t q[EV_QK]) {
+    const uint32_t high = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 |
+                          (uint32_t)qh[3] << 24;
+    for (int j = 0; j < EV_QK / 2; j++) {
+        q[j] = (uint8_t)((qs[j] & 0x0f) | ((high >> j) & 1u) << 4);
+        q[j + EV_QK / 2] = (uint8_t)((qs[j] >> 4) | ((high >> (j + EV_QK / 2)) & 1u) << 4);
+    }
+}
 
 typedef struct ev_block_iq4_nl {   /* 18 bytes: Q4_0's layout, codes into a non-linear grid */
     ev_fp16 d;                     /* scale */
@@ -137,10 +174,13 @@ typedef struct ev_type_traits {
     int32_t block_size;            /* elements per block (1 for F32/F16/BF16) */
     int32_t type_size;             /* bytes per block */
     /* The activations the dot product runs against (ggml's vec_dot_type): EV_TYPE_F32 (float
-     * rows) for F32/F16/BF16, EV_TYPE_Q8_0 for Q8_0/Q4_0/IQ4_NL, EV_TYPE_Q8_K for the
-     * K-quants and IQ4_XS. A type is "quantised" when this is not EV_TYPE_F32. */
+     * rows) for F32/F16/BF16, EV_TYPE_Q8_0 for Q8_0/Q4_0/IQ4_NL/Q4_1/Q5_0/Q5_1, EV_TYPE_Q8_K
+     * for the K-quants and IQ4_XS. A type is "quantised" when this is not EV_TYPE_F32.
+     * Q4_1/Q5_1 differ from ggml here: its dots take Q8_1 (Q8_0's d and qs plus s, the
+     * block's sum d*sum(q) rounded to float16); edgevlm's take Q8_0 and compute the sum
+     * d_x*sum(q_x) from the qs, exactly, in the dot (kernels_scalar.c). */
     int32_t vec_dot_type;
-    /* Byte offsets in a block of its float16 scales (d, then dmin), -1 when absent. */
+    /* Byte offsets in a block of its float16 scales (d, then dmin or m), -1 when absent. */
     int32_t scale_at[2];
     void (*to_float)(const void *src, float *dst, int64_t n);   /* n % block_size == 0 */
     /* float32 row -> this type (the reference rounding / quantiser); n % block_size == 0 */
@@ -164,7 +204,7 @@ const char *ev_type_list(char *buf, size_t len);
  * Overflow-checked: returns 0 when the result would not fit in int64. */
 int64_t ev_row_bytes(int32_t type, int64_t n);
 /* The first of n_blocks blocks of type (data: n_blocks * type_size bytes) whose float16
- * scale d or dmin is NaN or infinite, or -1 when every scale is finite (always for
+ * scale d, dmin or m is NaN or infinite, or -1 when every scale is finite (always for
  * F32/F16/BF16, which have none). */
 int64_t ev_first_nonfinite_scale(int32_t type, const void *data, int64_t n_blocks);
 
@@ -181,9 +221,12 @@ void ev_quantize_row_q8_K(const float *x, ev_block_q8_K *y, int64_t n);
 void ev_dequantize_row_q8_K(const ev_block_q8_K *x, float *y, int64_t n);
 
 /* Weight quantisation, for converters and tests: llama.cpp's quantisers as llama-quantize
- * runs them without an importance matrix (quants_k.c and quants_iq4.c say which function each
- * follows). n is a multiple of the block size; the input is finite. */
+ * runs them without an importance matrix (quants_legacy.c, quants_k.c and quants_iq4.c say
+ * which function each follows). n is a multiple of the block size; the input is finite. */
 void ev_quantize_row_q4_0(const float *x, ev_block_q4_0 *y, int64_t n);
+void ev_quantize_row_q4_1(const float *x, ev_block_q4_1 *y, int64_t n);
+void ev_quantize_row_q5_0(const float *x, ev_block_q5_0 *y, int64_t n);
+void ev_quantize_row_q5_1(const float *x, ev_block_q5_1 *y, int64_t n);
 void ev_quantize_row_q2_K(const float *x, ev_block_q2_K *y, int64_t n);
 void ev_quantize_row_q3_K(const float *x, ev_block_q3_K *y, int64_t n);
 void ev_quantize_row_q4_K(const float *x, ev_block_q4_K *y, int64_t n);
@@ -194,6 +237,9 @@ void ev_quantize_row_iq4_xs(const float *x, ev_block_iq4_xs *y, int64_t n);
 
 /* Dequantisation (llama.cpp's dequantize_row_*, the same float operations in the same
  * order: bit-identical to it and to the gguf package's numpy dequantize). */
+void ev_dequantize_row_q4_1(const ev_block_q4_1 *x, float *y, int64_t n);
+void ev_dequantize_row_q5_0(const ev_block_q5_0 *x, float *y, int64_t n);
+void ev_dequantize_row_q5_1(const ev_block_q5_1 *x, float *y, int64_t n);
 void ev_dequantize_row_q2_K(const ev_block_q2_K *x, float *y, int64_t n);
 void ev_dequantize_row_q3_K(const ev_block_q3_K *x, float *y, int64_t n);
 void ev_dequantize_row_q4_K(const ev_block_q4_K *x, float *y, int64_t n);

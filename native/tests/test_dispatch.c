@@ -243,6 +243,22 @@ static int check_kernels(const ev_kernels *k, operands *o, int *ran) {
     return bad;
 }
 
+/* The SIMD vec_dot kernels of the K-quants and IQ4 each family of sets has (by name prefix:
+ * "avx2", "avx512-*"; "neon", "neon-dotprod"); the scalar set has none. */
+static const struct { const char *prefix; int32_t types[8]; } K_DOTS[] = {
+    {"avx", {EV_TYPE_Q2_K, EV_TYPE_Q3_K, EV_TYPE_Q4_K, EV_TYPE_Q5_K, EV_TYPE_Q6_K, EV_TYPE_IQ4_XS}},
+    {"neon", {EV_TYPE_Q2_K, EV_TYPE_Q3_K, EV_TYPE_Q4_K, EV_TYPE_Q5_K, EV_TYPE_Q6_K, EV_TYPE_IQ4_XS}},
+};
+
+static int has_k_dot(const ev_kernels *k, int32_t type) {
+    for (size_t f = 0; f < sizeof K_DOTS / sizeof K_DOTS[0]; f++) {
+        if (strncmp(k->name, K_DOTS[f].prefix, strlen(K_DOTS[f].prefix)) != 0) continue;
+        for (int i = 0; i < 8; i++)
+            if (K_DOTS[f].types[i] == type && type != 0) return 1;
+    }
+    return 0;
+}
+
 /* every set has every kernel of every type of the table, and every shared helper */
 static void test_tables_complete(const ev_kernels *sets[], int n_sets) {
     for (int i = 0; i < ev_type_count(); i++) {
@@ -259,15 +275,25 @@ static void test_tables_complete(const ev_kernels *sets[], int n_sets) {
                                                            !k->gemm_q8x[tr->type]),
                       "%s has an integer product for %s, whose dots take %s", k->name,
                       tr->name, ev_act_type_get(tr->vec_dot_type)->name);
+            /* and only Q8_0/Q4_0 weights have them: Q4_1/Q5_1 take Q8_0 activations too, but
+             * need the m term (m * the activation block's sum) none of them computes */
+            CHECK_MSG(tr->type == EV_TYPE_Q8_0 || tr->type == EV_TYPE_Q4_0 ||
+                      (!k->gemm_q16x[tr->type] && !k->gemm_q8x[tr->type]),
+                      "%s claims an integer product for %s: test it against the scalar one",
+                      k->name, tr->name);
             CHECK_MSG(tr->type == EV_TYPE_BF16 || !k->gemm_bf16x[tr->type],
                       "%s has a bf16 product for %s", k->name, tr->name);
             /* the register-blocked few-token kernels of the SIMD sets exist for the five
-             * types they were written for; the K-quants and IQ4 run vec_dot until then */
+             * types they were written for; of the K-quants and IQ4 a set has exactly the
+             * vec_dot kernels K_DOTS lists (each compared with the scalar one below and in
+             * test_kquants.c), the others are the scalar set's */
             if (tr->type != EV_TYPE_F32 && tr->type != EV_TYPE_F16 && tr->type != EV_TYPE_BF16 &&
-                tr->type != EV_TYPE_Q8_0 && tr->type != EV_TYPE_Q4_0)
-                CHECK_MSG(!k->gemm[tr->type] && k->vec_dot[tr->type] == ev_kernels_scalar()->vec_dot[tr->type],
-                          "%s claims a SIMD kernel for %s: test it against the scalar one here",
-                          k->name, tr->name);
+                tr->type != EV_TYPE_Q8_0 && tr->type != EV_TYPE_Q4_0) {
+                const int own = k->vec_dot[tr->type] != ev_kernels_scalar()->vec_dot[tr->type];
+                CHECK_MSG(!k->gemm[tr->type] && own == has_k_dot(k, tr->type),
+                          "%s %s a SIMD vec_dot for %s", k->name, own ? "claims" : "lacks",
+                          tr->name);
+            }
         }
     }
     for (int si = 0; si < n_sets; si++) {
@@ -276,11 +302,16 @@ static void test_tables_complete(const ev_kernels *sets[], int n_sets) {
                   k->sgemm_f32 && k->exp_sum_f32 && k->gelu_tanh_f32 && k->quantize_q8_0 &&
                   k->quantize_q8_K,
                   "%s lacks a shared helper", k->name);
+        /* every SIMD set has its own Q8_K quantiser (bit-identical: test_kquants.c) */
+        CHECK_MSG((k == ev_kernels_scalar()) == (k->quantize_q8_K == ev_quantize_row_q8_K),
+                  "%s: quantize_q8_K %s the scalar one", k->name,
+                  k == ev_kernels_scalar() ? "is not" : "is");
     }
     char buf[128];
     CHECK(strcmp(ev_type_list(buf, sizeof buf),
-                 "F32, F16, BF16, Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS") == 0);
-    CHECK(ev_type_get(3) == NULL && ev_type_get(-1) == NULL && ev_type_at(ev_type_count()) == NULL);
+                 "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, "
+                 "IQ4_NL, IQ4_XS") == 0);
+    CHECK(ev_type_get(9) == NULL && ev_type_get(-1) == NULL && ev_type_at(ev_type_count()) == NULL);
 }
 
 static void test_every_kernel_against_scalar(const ev_kernels *sets[], int n_sets) {
@@ -368,7 +399,7 @@ static void test_matmul_missing_entries(const ev_kernels *best) {
     }
     float y[4] = {1, 2, 3, 4}, x[32] = {0};
     uint8_t w[4 * 34] = {0};
-    CHECK(ev_matmul(NULL, best, 3, w, NULL, 2, 32, x, 2, y, NULL) == -1);   /* no type 3 */
+    CHECK(ev_matmul(NULL, best, 9, w, NULL, 2, 32, x, 2, y, NULL) == -1);   /* Q8_1: no weight */
     CHECK(isnan(y[0]) && isnan(y[1]) && isnan(y[2]) && isnan(y[3]));
     y[0] = 1.0f;
     CHECK(ev_matmul(NULL, best, EV_TYPE_Q8_0, w, NULL, 1, 33, x, 1, y, NULL) == -1);

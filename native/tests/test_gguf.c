@@ -1,16 +1,20 @@
 /* test_gguf.c - the GGUF reader on files built byte by byte here: every value type, arrays
  * (nested, strings), tensors of each type, alignment; and every malformed case the reader must
- * refuse with EDGEVLM_ERR_FORMAT and a message (including every truncated prefix). */
+ * refuse with EDGEVLM_ERR_FORMAT and a message (including every truncated prefix). Also the
+ * loader's refusal of tensor data the alignment key leaves misaligned (loader.c). */
 #include <stdint.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "gguf.h"
+#include "loader.h"
 #include "model_files.h"
 #include "test_util.h"
+#include "types.h"
 
-/* Test-only accessor so this test also links without the model loader (gguf.c + api_meta.c
- * alone); model.c's definition wins when the whole core is linked. Only NULL models are
+/* Test-only accessor so this test also links without the model code (gguf.c + api_meta.c,
+ * and loader.c + types.c for the alignment test); model.c's definition wins when the whole
+ * core is linked. Only NULL models are
  * passed to the public calls here, which both definitions map to "no file". */
 __attribute__((weak)) const gguf_file *ev_model_file(const edgevlm_model *m, int which) {
     (void)m;
@@ -543,6 +547,56 @@ static void test_unknown_architecture_is_named(void) {
     free(b.p);
 }
 
+/* general.alignment 1 lets a tensor start at any byte: the loader refuses matrices and
+ * vectors whose data the kernels would read through a misaligned pointer (a Q4_K block at an
+ * odd address, float32 at 2 mod 4; UBSan in fuzz_gguf), and loads the aligned ones. */
+static void build_unaligned(wbuf *b, uint64_t h) {
+    static const uint64_t ne_q[2] = {256, 1}, ne_f[1] = {4};
+    const uint64_t odd = h % 2 ? 2 : 1;                    /* h + odd is odd */
+    const uint64_t q_ok = odd + 144 + 1;                   /* even */
+    const uint64_t f_bad = (q_ok + 144 + 7) / 4 * 4 + 6 - h % 4;   /* h + f_bad = 2 mod 4 */
+    const uint64_t f_ok = f_bad + 16 + 2;                  /* 0 mod 4 */
+    header(b, 3, 4, 1);
+    key(b, "general.alignment", GGUF_T_UINT32); u32(b, 1);
+    tinfo(b, "q_bad", 2, ne_q, EV_TYPE_Q4_K, odd);
+    tinfo(b, "q_ok", 2, ne_q, EV_TYPE_Q4_K, q_ok);
+    tinfo(b, "f_bad", 1, ne_f, EV_TYPE_F32, f_bad);
+    tinfo(b, "f_ok", 1, ne_f, EV_TYPE_F32, f_ok);
+    const size_t end = b->n + f_ok + 16;
+    while (b->n < end) u8(b, 0);                           /* zeros: finite scales */
+}
+
+static void test_loader_refuses_misaligned_data(void) {
+    wbuf b = {0};
+    gguf_file f;
+    size_t hdr = 0;
+    {   /* the header's length does not depend on the offsets written into it */
+        wbuf t = {0};
+        build_unaligned(&t, 0);
+        gguf_file g;
+        if (parse_ok(&t, &g)) { hdr = (size_t)g.data_offset; gguf_close(&g); }
+        free(t.p);
+    }
+    build_unaligned(&b, hdr);
+    if (!parse_ok(&b, &f)) { free(b.p); return; }
+    CHECK(f.data_offset == hdr && ((uintptr_t)b.p % 16) == 0);
+    ev_loader L = {&f, "model", err, sizeof err};
+    ev_tensor w;
+    CHECK(ev_load_tensor(&L, &w, "q_ok", 256, 1, 0) && w.data && (uintptr_t)w.data % 2 == 0);
+    CHECK(ev_load_tensor(&L, &w, "f_ok", 4, -1, 0) && w.data && (uintptr_t)w.data % 4 == 0);
+    err[0] = 0;
+    CHECK(!ev_load_tensor(&L, &w, "q_bad", 256, 1, 0) && !w.data);
+    CHECK_MSG(strstr(err, "'q_bad'") && strstr(err, "not 2-byte aligned"), "%s", err);
+    err[0] = 0;
+    CHECK(!ev_load_tensor(&L, &w, "f_bad", 4, -1, 0));
+    CHECK_MSG(strstr(err, "'f_bad'") && strstr(err, "not 4-byte aligned"), "%s", err);
+    err[0] = 0;
+    const gguf_tensor *t = gguf_find_tensor(&f, "q_bad");
+    CHECK(t && !ev_load_check_scales(&L, "q_bad", t->type, t->data, 1, 256) && err[0]);
+    gguf_close(&f);
+    free(b.p);
+}
+
 int main(void) {
     test_every_value_type_reads_back(3);
     test_every_value_type_reads_back(2);
@@ -556,5 +610,6 @@ int main(void) {
     test_bad_key_values_are_refused();
     test_bad_tensors_are_refused();
     test_unknown_architecture_is_named();
+    test_loader_refuses_misaligned_data();
     return tu_report("test_gguf");
 }

@@ -2,7 +2,8 @@
  * Q8_K: dequantisation bit-exact against the Python gguf package on random and extreme blocks
  * (kquant_fixtures.h), the reference quantisers' error on Gaussian data and at the ends of
  * the float range, the Q8_K quantiser's rounding, the scalar dot products against
- * dequantise-then-multiply, and the non-finite scale check the loader runs. */
+ * dequantise-then-multiply, and the non-finite scale check the loader runs (the SIMD
+ * kernels against these: test_kquants_simd.c). */
 #include <stdint.h>
 
 #include "kernels.h"
@@ -216,7 +217,6 @@ static void test_q8_K_quantizer(void) {
         }
     }
     CHECK_MSG(bad == 0, "%d Q8_K quantisation properties violated", bad);
-    /* the dispatching sets take the reference Q8_K quantiser until they have their own */
     CHECK(ev_kernels_scalar()->quantize_q8_K == ev_quantize_row_q8_K);
     CHECK(ev_kernels_best()->quantize_q8_K != NULL);
 }

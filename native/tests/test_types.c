@@ -143,7 +143,8 @@ static void test_type_table(void) {
     const struct { int32_t id; int32_t bs, ts, act; } want[] = {
         {EV_TYPE_F32, 1, 4, EV_TYPE_F32}, {EV_TYPE_F16, 1, 2, EV_TYPE_F32},
         {EV_TYPE_BF16, 1, 2, EV_TYPE_F32}, {EV_TYPE_Q8_0, 32, 34, EV_TYPE_Q8_0},
-        {EV_TYPE_Q4_0, 32, 18, EV_TYPE_Q8_0}};   /* the K-quants and IQ4: test_kquants.c */
+        {EV_TYPE_Q4_0, 32, 18, EV_TYPE_Q8_0}};   /* the K-quants and IQ4: test_kquants.c;
+                                                    Q4_1/Q5_0/Q5_1: test_legacy_quants.c */
     CHECK(EV_TYPE_F32 == 0 && EV_TYPE_F16 == 1 && EV_TYPE_Q4_0 == 2 && EV_TYPE_Q8_0 == 8 &&
           EV_TYPE_BF16 == 30);
     for (int i = 0; i < 5; i++) {
@@ -151,13 +152,15 @@ static void test_type_table(void) {
         CHECK(t && t->block_size == want[i].bs && t->type_size == want[i].ts &&
               t->vec_dot_type == want[i].act && t->to_float && t->name);
     }
-    CHECK(ev_type_get(3) == NULL && ev_type_get(-1) == NULL && ev_type_get(31) == NULL);
+    /* 4, 5: ids ggml retired; 9: Q8_1 (an activation format edgevlm does not use) */
+    CHECK(ev_type_get(4) == NULL && ev_type_get(5) == NULL && ev_type_get(9) == NULL &&
+          ev_type_get(-1) == NULL && ev_type_get(31) == NULL);
     CHECK(ev_row_bytes(EV_TYPE_Q8_0, 2048) == 64 * 34);
     CHECK(ev_row_bytes(EV_TYPE_Q4_0, 64) == 36);
     CHECK(ev_row_bytes(EV_TYPE_F16, 3) == 6);
     CHECK(ev_row_bytes(EV_TYPE_Q8_0, 33) == 0);                 /* not whole blocks */
     CHECK(ev_row_bytes(EV_TYPE_F32, -4) == 0);
-    CHECK(ev_row_bytes(7, 32) == 0);
+    CHECK(ev_row_bytes(9, 32) == 0);
     CHECK(ev_row_bytes(EV_TYPE_F32, INT64_MAX / 4) == INT64_MAX / 4 * 4);
     CHECK(ev_row_bytes(EV_TYPE_F32, INT64_MAX / 4 + 1) == 0);   /* overflow */
     CHECK(ev_row_bytes(EV_TYPE_Q8_0, INT64_MAX / 32 * 32) == 0);

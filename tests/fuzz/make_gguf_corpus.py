@@ -6,6 +6,7 @@ GGUF files). Standard library only, so the corpus can be rebuilt anywhere:
 
 from __future__ import annotations
 
+import random
 import struct
 from pathlib import Path
 
@@ -15,7 +16,38 @@ U8, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 = range(13)
 SCALAR = {U8: "<B", I8: "<b", U16: "<H", I16: "<h", U32: "<I", I32: "<i", F32: "<f",
           BOOL: "<?", U64: "<Q", I64: "<q", F64: "<d"}
 # ggml type id -> (elements per block, bytes per block)
-LAYOUT = {0: (1, 4), 1: (1, 2), 2: (32, 18), 8: (32, 34), 12: (256, 144), 30: (1, 2)}
+LAYOUT = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
+          10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210),
+          20: (32, 18), 23: (256, 136), 24: (1, 1), 30: (1, 2)}
+# the block types edgevlm runs (ggml id -> name, byte offsets of the float16 scales in a block:
+# d, then dmin / m), as native/src/types.h lays them out
+BLOCK_TYPES = {2: ("q4_0", (0,)), 3: ("q4_1", (0, 2)), 6: ("q5_0", (0,)), 7: ("q5_1", (0, 2)),
+               8: ("q8_0", (0,)), 10: ("q2_K", (80, 82)), 11: ("q3_K", (108,)),
+               12: ("q4_K", (0, 2)), 13: ("q5_K", (0, 2)), 14: ("q6_K", (208,)),
+               20: ("iq4_nl", (0,)), 23: ("iq4_xs", (0,))}
+NAN_F16, INF_F16 = 0x7E00, 0x7C00
+
+
+def blocks(typ: int, n_blocks: int, seed: int, bad: int | None = None,
+           bad_bits: int = NAN_F16) -> bytes:
+    """n_blocks random blocks of type typ with finite float16 scales (small ones, and the
+    extremes: +-65504, a subnormal, 0); block `bad` gets bad_bits as its last scale."""
+    rnd = random.Random(seed)
+    size = LAYOUT[typ][1]
+    out = bytearray()
+    for b in range(n_blocks):
+        blk = bytearray(rnd.getrandbits(8) for _ in range(size))
+        for k, at in enumerate(BLOCK_TYPES[typ][1]):
+            kind = (b + k) % 6
+            bits = {0: 0x7BFF, 1: 0xFBFF, 2: 0x0001, 3: 0x0000}.get(kind)
+            if bits is None:
+                bits = struct.unpack("<H", struct.pack("<e", rnd.uniform(-0.1, 0.1)))[0]
+            blk[at:at + 2] = struct.pack("<H", bits)
+        if b == bad:
+            at = BLOCK_TYPES[typ][1][-1]
+            blk[at:at + 2] = struct.pack("<H", bad_bits)
+        out += blk
+    return bytes(out)
 
 
 def gstr(s: str | bytes) -> bytes:
@@ -33,8 +65,9 @@ def value(vtype: int, v: object) -> bytes:
 
 
 def gguf(kvs: list[tuple[str, int, object]], tensors: list[tuple[str, list[int], int]],
-         version: int = 3, align: int = 32) -> bytes:
-    """tensors: (name, ne innermost first, ggml type); laid out in order, aligned."""
+         version: int = 3, align: int = 32, payload: dict[str, bytes] | None = None) -> bytes:
+    """tensors: (name, ne innermost first, ggml type); laid out in order, aligned; a tensor's
+    data is payload[name] when given (its exact size), else a byte pattern."""
     out = bytearray(b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kvs)))
     for k, t, v in kvs:
         out += gstr(k) + struct.pack("<I", t) + value(t, v)
@@ -48,7 +81,8 @@ def gguf(kvs: list[tuple[str, int, object]], tensors: list[tuple[str, list[int],
         data += bytes((len(data) + align - 1) // align * align - len(data))
         out += gstr(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", d) for d in ne)
         out += struct.pack("<IQ", typ, len(data))
-        data += bytes((i * 37 + 11) & 0xFF for i in range(nbytes))
+        blob = payload.get(name) if payload else None
+        data += blob if blob is not None else bytes((i * 37 + 11) & 0xFF for i in range(nbytes))
     out += bytes((len(out) + align - 1) // align * align - len(out))
     return bytes(out + data)
 
@@ -95,6 +129,35 @@ def main() -> None:
         "unknown_type.gguf": b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gstr("k")
         + struct.pack("<II", 13, 0),
     }
+    # the block types: per type a valid file of two matrices (rows of 2 blocks, random codes,
+    # finite scales), one with a NaN scale (row 1) and one with an infinite scale (row 0, in
+    # an F32-free file) and one whose last block is cut short; one file with every type
+    arch = [("general.architecture", STR, "qwen3vl")]
+    every = []
+    every_payload = {}
+    for typ, (tname, _) in BLOCK_TYPES.items():
+        blck, size = LAYOUT[typ]
+        mats = [(f"blk.0.{tname}_a.weight", [2 * blck, 3], typ),
+                (f"blk.0.{tname}_b.weight", [blck, 2], typ)]
+        payload = {mats[0][0]: blocks(typ, 6, typ), mats[1][0]: blocks(typ, 2, 1000 + typ)}
+        valid[f"type_{tname}.gguf"] = gguf(arch, mats, payload=payload)
+        valid[f"type_{tname}_nan_scale.gguf"] = gguf(
+            arch, mats, payload={**payload, mats[0][0]: blocks(typ, 6, typ, bad=3)})
+        valid[f"type_{tname}_inf_scale.gguf"] = gguf(
+            [], mats[1:], payload={mats[1][0]: blocks(typ, 2, typ, bad=0, bad_bits=INF_F16)})
+        broken[f"type_{tname}_truncated.gguf"] = valid[f"type_{tname}.gguf"][:-size // 2]
+        every.append((f"{tname}.weight", [blck, 1], typ))
+        every_payload[f"{tname}.weight"] = blocks(typ, 1, 2000 + typ)
+    valid["every_block_type.gguf"] = gguf(arch, every, payload=every_payload)
+    # general.alignment 1 puts a Q4_K matrix at an odd address: the loader read its blocks
+    # through a misaligned pointer (UBSan); it now refuses the tensor
+    broken["regress_misaligned_block.gguf"] = gguf(
+        [("general.alignment", U32, 1)],
+        [("pad.weight", [2], 24),  # I8: 2 bytes shift the next tensor off 2-byte alignment
+         ("w.weight", [256, 1], 12), ("f.weight", [3, 1], 0)],
+        align=1, payload={"w.weight": blocks(12, 1, 5)})
+    # no data: 2^62 values a row, 0 rows (the harness once computed the row's bytes unchecked)
+    broken["regress_empty_huge_row.gguf"] = gguf(arch, [("e.weight", [2**62, 0], 12)])
     for name, data in {**valid, **broken}.items():
         (OUT / name).write_bytes(data)
     total = sum(len(d) for d in {**valid, **broken}.values())

@@ -4,9 +4,10 @@
 # first, so every committed reproducer is re-checked. Exits non-zero on a crash, a sanitizer
 # report, a leak or a hang; never skips: without clang it installs it with apt-get, and fails
 # loudly when that is impossible.
-# fuzz_gguf is built like `make -C native fuzz` (same flags) but from the reader's own sources
-# only, so work in progress elsewhere in the core cannot break that check; fuzz_api needs the
-# whole core and is built by make.
+# fuzz_gguf is built like `make -C native fuzz` (same flags and sources: the reader, the
+# loader's tensor check, the type table, the quantisers and the scalar kernels, not the SIMD
+# sets or the models), so work in progress elsewhere in the core cannot break that check;
+# fuzz_api needs the whole core and is built by make.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds="${FUZZ_SECONDS:-20}"
@@ -15,7 +16,10 @@ source tests/fuzz/need_clang.sh
 mkdir -p native/build
 clang -std=c11 -O1 -g -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
     -Inative/include -Inative/src -o native/build/fuzz_gguf tests/fuzz/fuzz_gguf.c \
-    native/src/gguf.c native/src/gguf_get.c native/src/api_meta.c -lm -pthread
+    native/src/gguf.c native/src/gguf_get.c native/src/api_meta.c native/src/loader.c \
+    native/src/types.c native/src/quants_fit.c native/src/quants_legacy.c native/src/quants_k.c \
+    native/src/quants_iq4.c native/src/kernels.c native/src/kernels_scalar.c \
+    native/src/kernels_scalar_k.c native/src/threadpool.c -lm -pthread
 make -s -C native build/fuzz_api
 
 work="$(mktemp -d)"

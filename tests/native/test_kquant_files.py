@@ -1,11 +1,12 @@
-"""K-quant and IQ4 matrices in GGUF files written by the reference writer, the `gguf` package,
-through edgevlm's loader and kernels.
+"""K-quant, IQ4, Q4_1, Q5_0 and Q5_1 matrices in GGUF files written by the reference writer,
+the `gguf` package, through edgevlm's loader and kernels.
 
 native/tests/tensor_probe.c (compiled here with the system C compiler against the core's
 loader, type table and kernels) loads one matrix with ev_load_tensor, as the model loader
 does, and prints it dequantised row by row (ev_row_to_f32) or multiplies it (ev_matmul).
-The gguf package has no quantisers for these types, so the blocks are random bytes with
-finite float16 scales; gguf's numpy ``dequantize`` is the reference, bit for bit.
+The gguf package has no quantisers for the K-quants and IQ4, so the blocks are random bytes
+with finite float16 scales; gguf's numpy ``dequantize`` is the reference, bit for bit. It has
+quantisers for Q4_1/Q5_0/Q5_1 (bit-exact with llama.cpp's): edgevlm's store the same bytes.
 """
 
 from __future__ import annotations
@@ -27,16 +28,22 @@ NATIVE = Path(__file__).resolve().parents[2] / "native"
 Q = GGMLQuantizationType
 Probe = Callable[..., subprocess.CompletedProcess[str]]
 
-# byte offsets of each type's float16 scales (d, dmin) in its block (native/src/types.h)
+# byte offsets of each type's float16 scales (d, then dmin or m) in its block
+# (native/src/types.h)
 SCALES: dict[Q, tuple[int, ...]] = {
     Q.Q2_K: (80, 82), Q.Q3_K: (108,), Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,),
-    Q.IQ4_NL: (0,), Q.IQ4_XS: (0,),
+    Q.IQ4_NL: (0,), Q.IQ4_XS: (0,), Q.Q4_1: (0, 2), Q.Q5_0: (0,), Q.Q5_1: (0, 2),
 }
 NEW_TYPES = list(SCALES)
-ACTIVATIONS = {Q.IQ4_NL: Q.Q8_0}   # the rest take Q8_K (ggml's vec_dot_type)
+LEGACY_TYPES = [Q.Q4_1, Q.Q5_0, Q.Q5_1]   # 32-element blocks gguf-py can also quantise
+SECOND_SCALE = {Q.Q4_1: "m", Q.Q5_1: "m"}  # the rest call their second scale dmin
+# what the dots take: the rest Q8_K (ggml's vec_dot_type); Q4_1/Q5_1 Q8_0 where ggml has Q8_1
+# (the same rounding of x: Q8_1 adds only the block sums)
+ACTIVATIONS = {Q.IQ4_NL: Q.Q8_0, Q.Q4_1: Q.Q8_0, Q.Q5_0: Q.Q8_0, Q.Q5_1: Q.Q8_0}
 SOURCES = ["src/gguf.c", "src/gguf_get.c", "src/loader.c", "src/types.c", "src/quants_fit.c",
-           "src/quants_k.c", "src/quants_iq4.c", "src/kernels.c", "src/kernels_dispatch.c",
-           "src/kernels_scalar.c", "src/kernels_scalar_k.c", "src/threadpool.c"]
+           "src/quants_legacy.c", "src/quants_k.c", "src/quants_iq4.c", "src/kernels.c",
+           "src/kernels_dispatch.c", "src/kernels_scalar.c", "src/kernels_scalar_k.c",
+           "src/threadpool.c"]
 
 
 @pytest.fixture(scope="module")
@@ -117,9 +124,10 @@ def test_every_new_type_loads_and_dequantises_as_gguf_py_bit_for_bit(
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), name
 
 
-# (type, which scale is broken): NaN d, infinite d, and NaN dmin where the type has one
+# (type, which scale is broken): NaN d, infinite d, and NaN dmin (m) where the type has one
 BAD_SCALES = [(t, which) for t in [*NEW_TYPES, Q.Q8_0, Q.Q4_0]
-              for which in ("d", "inf", "dmin") if which != "dmin" or len(SCALES.get(t, ())) > 1]
+              for which in ("d", "inf", SECOND_SCALE.get(t, "dmin"))
+              if which in ("d", "inf") or len(SCALES.get(t, ())) > 1]
 
 
 @pytest.mark.parametrize(("qtype", "which"), BAD_SCALES,
@@ -131,7 +139,7 @@ def test_nan_or_inf_scale_is_a_load_error_naming_the_tensor(
     _, size = GGML_QUANT_SIZES[qtype]
     raw = (matrix(qtype, 4, 512, rng, (-3.0, 0.0)) if qtype in SCALES
            else quantize(rng.standard_normal((4, 512)).astype(np.float32), qtype))
-    at = offsets[1] if which == "dmin" else offsets[0]
+    at = offsets[1] if which in ("dmin", "m") else offsets[0]
     bad_block, bad_row = 1, 2
     pos = bad_block * size + at
     bits = 0x7C00 if which == "inf" else 0x7E00
@@ -180,7 +188,7 @@ def test_matmul_matches_numpy(probe: Probe, tmp_path: Path, qtype: Q, n_tok: int
     tokens (>= EV_MATMUL_FLOAT_MIN_TOK) the float32 activations. Tolerance 1e-4 of
     sum |w x| per output."""
     rng = np.random.default_rng(int(qtype) * 100 + n_tok)
-    n_out, n_in = 37, 1024
+    n_out, n_in = 37, 1152 if qtype in LEGACY_TYPES else 1024   # 1152: a ViT's width
     raw = matrix(qtype, n_out, n_in, rng, (-3.0, -1.0))
     path = write_matrices(tmp_path / "w.gguf", {"blk.0.attn_q.weight": (qtype, raw)})
     x = rng.standard_normal((n_tok, n_in)).astype(np.float32)
@@ -217,6 +225,26 @@ def test_reference_quantiser_output_loads_and_matches_its_own_dequantisation(
         assert proc.returncode == 0, proc.stdout
         got = np.fromfile(tmp_path / "rows.f32", np.float32).reshape(3, 512)
         assert np.array_equal(got.view(np.uint32), values.view(np.uint32)), qtype.name
+
+
+@pytest.mark.parametrize("qtype", LEGACY_TYPES, ids=lambda t: t.name)
+def test_legacy_quantisers_store_gguf_py_bytes(probe: Probe, tmp_path: Path, qtype: Q) -> None:
+    """The probe's quantize mode (the type table's from_float: llama.cpp's
+    quantize_row_*_ref) against gguf-py's quantiser, bit for bit, on rows of 1152 values at
+    several scales and offsets, with all-zero and constant blocks."""
+    rng = np.random.default_rng(int(qtype))
+    rows = [rng.standard_normal(1152) * 10.0 ** rng.uniform(-4, 3) + rng.uniform(-2, 2)
+            for _ in range(6)]
+    rows[1][:64] = 0.0
+    rows[2][32:96] = 0.5
+    x = np.stack(rows).astype(np.float32)
+    x.tofile(tmp_path / "x.f32")
+    proc = probe("quantize", int(qtype), tmp_path / "x.f32", 1152, tmp_path / "q")
+    assert proc.returncode == 0, proc.stderr
+    got = np.fromfile(tmp_path / "q", np.uint8).reshape(6, -1)
+    want = quantize(x, qtype)
+    assert got.shape == want.shape
+    assert np.array_equal(got, want), np.argwhere(got != want)[:5]
 
 
 def test_nan_scale_in_a_whole_model_is_a_load_error_naming_the_tensor(

@@ -6,9 +6,11 @@ projector ``qwen3vl_merger``) exactly as llama.cpp's ``convert_hf_to_gguf.py`` l
 tensor by tensor; needs numpy and the ``gguf`` package (the ``convert`` extra), not torch.
 
 Modules: ``safetensors_mmap`` (reading), ``hf_config`` (config.json and friends), ``vocab``
-(tokenizer metadata), ``tensor_plan`` (names, shapes, types), ``metadata`` (key/values),
-``gguf_stream`` (streaming writer and fingerprint), ``pipeline`` (:func:`convert_checkpoint`),
-``cli`` (``main`` and ``add_convert_parser``).
+(tokenizer metadata), ``tensor_plan`` (names, shapes, types), ``quant_mix`` (llama.cpp's
+K-quant / IQ4 tensor-type mixes), ``metadata`` (key/values), ``gguf_stream`` (streaming writer
+and fingerprint), ``native_quantize`` (K-quant / IQ4 rows through the C core: those types need
+the built native extension), ``pipeline`` (:func:`convert_checkpoint`), ``cli`` (``main`` and
+``add_convert_parser``).
 """
 
 from __future__ import annotations

@@ -22,7 +22,20 @@ if TYPE_CHECKING:
 # The gguf package (the `convert` extra) is imported only when a conversion runs, so the
 # edgevlm command works without it. tests/unit/test_convert_cli.py checks them against the
 # converter's type table (convert/pipeline.py).
-TEXT_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
+# One line per --type for --help (the mixes' per-tensor tables: docs/convert.md).
+TEXT_TYPE_HELP = {
+    "f32": "every matrix float32 (no rounding)",
+    "f16": "every matrix float16 (the default)",
+    "bf16": "every matrix bfloat16",
+    "q8_0": "every matrix Q8_0 (8.5 bits a weight)",
+    "q4_0": "every matrix Q4_0 (4.5 bits a weight; no llama.cpp mix)",
+    "q4_k_m": "llama.cpp's Q4_K_M mix: Q4_K, Q6_K for output and about half of attn_v, ffn_down",
+    "q5_k_m": "llama.cpp's Q5_K_M mix: Q5_K, Q6_K for output and about half of attn_v, ffn_down",
+    "q6_k": "llama.cpp's Q6_K: every matrix Q6_K",
+    "q3_k_m": "llama.cpp's Q3_K_M mix: Q3_K, Q4_K/Q5_K for attn_v, attn_output, ffn_down",
+    "iq4_xs": "llama.cpp's IQ4_XS mix: IQ4_XS, Q5_K for the first ffn_down (and attn_v at GQA>=4)",
+}
+TEXT_TYPES = tuple(TEXT_TYPE_HELP)
 VISION_TYPES = ("f32", "f16", "bf16", "q8_0")
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -64,13 +77,22 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", metavar="OUT_DIR",
                         help="directory to write model.gguf and mmproj.gguf into (required)")
     parser.add_argument("--type", dest="text_type", default="f16", choices=TEXT_TYPES,
-                        help="storage type of the text model's matrices (default f16)")
+                        metavar="TYPE",
+                        help="storage type of the text model's matrices, or a llama.cpp "
+                             "K-quant mix: one of the text types listed below (default f16)")
     parser.add_argument("--vision-type", default=None, choices=VISION_TYPES,
-                        help="storage type of the vision tower's matrices (default f16, or f32 "
-                             "with --type f32)")
+                        help="storage type of the vision tower's matrices (default f16, also "
+                             "with the K-quant mixes; f32 with --type f32)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     parser.set_defaults(convert_usage=parser.format_usage())
+
+
+def _types_epilog() -> str:
+    width = max(map(len, TEXT_TYPES))
+    lines = [f"  {name:<{width}}  {text}" for name, text in TEXT_TYPE_HELP.items()]
+    return ("text types (--type):\n" + "\n".join(lines) + "\n\nMatrices whose rows do not "
+            "divide into a type's blocks fall back (docs/convert.md).")
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
@@ -111,7 +133,8 @@ def add_convert_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Convert a Hugging Face Qwen3-VL checkpoint directory into the GGUF pair "
                     "edgevlm (and llama.cpp) loads: OUT_DIR/model.gguf (text) and "
                     "OUT_DIR/mmproj.gguf (vision). Needs the gguf package: "
-                    "pip install 'edgevlm[convert]'. Exit codes: 0 ok, 1 failed, 2 bad input.")
+                    "pip install 'edgevlm[convert]'. Exit codes: 0 ok, 1 failed, 2 bad input.",
+        epilog=_types_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     _configure(parser)
     parser.set_defaults(func=cmd_convert)
     return parser
@@ -120,7 +143,9 @@ def add_convert_parser(subparsers: Any) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Standalone entry point: ``python -m edgevlm.convert.cli HF_DIR -o OUT_DIR``."""
     parser = argparse.ArgumentParser(prog="edgevlm convert",
-                                     description="Convert a Qwen3-VL checkpoint to GGUF.")
+                                     description="Convert a Qwen3-VL checkpoint to GGUF.",
+                                     epilog=_types_epilog(),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     _configure(parser)
     try:
         args = parser.parse_args(argv)

@@ -26,7 +26,8 @@ import numpy.typing as npt
 from gguf import GGUFValueType, GGUFWriter
 from gguf.quants import quantize
 
-from .errors import ConvertError
+from .errors import ConvertError, ConvertInputError
+from .native_quantize import NATIVE_TYPES, quantize_rows
 from .safetensors_mmap import SafetensorsCheckpoint, TensorRecord, to_float32
 from .tensor_plan import PlannedTensor, QType
 
@@ -91,11 +92,21 @@ def _encode(raw: npt.NDArray[Any], src_dtype: str, qtype: QType) -> npt.NDArray[
     if qtype == QType.F16:
         with np.errstate(over="ignore"):
             return values.astype(np.float16)
+    if qtype in NATIVE_TYPES:  # [rows, width] → [rows, row bytes], in the C core
+        return quantize_rows(values.reshape(-1, values.shape[-1]), qtype)
     return quantize(values, qtype)
 
 
 def _write_tensor(fout: IO[bytes], pt: PlannedTensor, rec: TensorRecord,
                   ckpt: SafetensorsCheckpoint, state: StreamState) -> int:
+    try:
+        return _stream_tensor(fout, pt, rec, ckpt, state)
+    except ConvertInputError as exc:
+        raise ConvertInputError(f"{pt.source}: {exc.message}") from exc
+
+
+def _stream_tensor(fout: IO[bytes], pt: PlannedTensor, rec: TensorRecord,
+                   ckpt: SafetensorsCheckpoint, state: StreamState) -> int:
     hasher = None if pt.source in state.digests else hashlib.blake2b(digest_size=32)
     written = 0
     if pt.temporal_slice is not None or len(rec.shape) <= 1:

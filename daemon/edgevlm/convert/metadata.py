@@ -15,7 +15,6 @@ from .. import __version__
 from .errors import ConvertInputError
 from .gguf_stream import string_placeholder
 from .hf_config import GenerationParams, ModelConfig, ProcessorParams
-from .tensor_plan import FILE_TYPE, QType
 from .vocab import GgmlVocab
 
 TEXT_ARCH = "qwen3vl"
@@ -49,12 +48,12 @@ def size_label(n_params: int) -> str:
     return f"{scaled:.{digits}f}{suffix}"
 
 
-def _general(w: GGUFWriter, kind: str, name: str, qtype: QType, n_params: int,
+def _general(w: GGUFWriter, kind: str, name: str, file_type: int, n_params: int,
              gen: GenerationParams) -> None:
     w.add_string("general.type", kind)
     w.add_string("general.name", name)
     w.add_string("general.size_label", size_label(n_params))
-    w.add_uint32("general.file_type", FILE_TYPE[qtype])
+    w.add_uint32("general.file_type", file_type)
     w.add_uint32("general.quantization_version", GGML_QUANT_VERSION)
     if gen.top_k is not None:
         w.add_int32("general.sampling.top_k", gen.top_k)
@@ -68,11 +67,11 @@ def _general(w: GGUFWriter, kind: str, name: str, qtype: QType, n_params: int,
     w.add_string(FINGERPRINT_KEY, string_placeholder())
 
 
-def text_writer(name: str, qtype: QType, n_params: int, cfg: ModelConfig, vocab: GgmlVocab,
+def text_writer(name: str, file_type: int, n_params: int, cfg: ModelConfig, vocab: GgmlVocab,
                 gen: GenerationParams) -> GGUFWriter:
     """A writer holding every key/value of ``model.gguf``."""
     w = GGUFWriter(None, TEXT_ARCH)
-    _general(w, "model", name, qtype, n_params, gen)
+    _general(w, "model", name, file_type, n_params, gen)
     t, a = cfg.text, TEXT_ARCH
     w.add_uint32(f"{a}.block_count", t.n_layers)
     w.add_uint32(f"{a}.context_length", t.context_length)
@@ -109,11 +108,11 @@ def text_writer(name: str, qtype: QType, n_params: int, cfg: ModelConfig, vocab:
     return w
 
 
-def vision_writer(name: str, qtype: QType, n_params: int, cfg: ModelConfig,
+def vision_writer(name: str, file_type: int, n_params: int, cfg: ModelConfig,
                   proc: ProcessorParams, gen: GenerationParams) -> GGUFWriter:
     """A writer holding every key/value of ``mmproj.gguf``."""
     w = GGUFWriter(None, VISION_ARCH)
-    _general(w, "mmproj", name, qtype, n_params, gen)
+    _general(w, "mmproj", name, file_type, n_params, gen)
     v = cfg.vision
     w.add_bool("clip.has_vision_encoder", True)
     w.add_uint32("clip.vision.projection_dim", cfg.text.hidden_size)

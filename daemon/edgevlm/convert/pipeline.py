@@ -17,14 +17,18 @@ from .errors import ConvertError, ConvertInputError
 from .gguf_stream import ProgressFn, StreamState, WrittenFile, patch_string_value, write_gguf
 from .hf_config import load_generation_params, load_model_config, load_processor_params
 from .metadata import FINGERPRINT_KEY, text_writer, vision_writer
+from .quant_mix import MIXES, TextShape
 from .safetensors_mmap import SafetensorsCheckpoint
 from .tensor_plan import (
     TYPE_BY_NAME,
     PlannedTensor,
+    QType,
+    TypeChoice,
     build_plan,
     canonical_names,
     expected_text,
     expected_vision,
+    file_type,
     unexpected_tensors,
 )
 from .vocab import load_vocab
@@ -33,7 +37,7 @@ logger = logging.getLogger(__name__)
 
 TEXT_FILE = "model.gguf"
 VISION_FILE = "mmproj.gguf"
-TEXT_TYPES = tuple(TYPE_BY_NAME)
+TEXT_TYPES = (*TYPE_BY_NAME, *MIXES)   # uniform types, then llama.cpp's K-quant / IQ4 mixes
 VISION_TYPES = tuple(t for t in TYPE_BY_NAME if t != "q4_0")
 
 
@@ -54,6 +58,9 @@ class ConvertResult:
     fingerprint: str
     seconds: float
     peak_rss_mb: float
+    # every tensor stored in another type than asked for (rows not a multiple of its blocks):
+    # name -> "WANTED->STORED", e.g. "Q4_K->Q5_0"; fallback_f16 lists those stored as F16
+    fallbacks: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -62,13 +69,15 @@ class ConvertResult:
             "tensors": {"model": self.text_tensors, "mmproj": self.vision_tensors},
             "bytes": {"model": self.text_bytes, "mmproj": self.vision_bytes},
             "tied_embeddings": self.tied_embeddings, "fallback_f16": list(self.fallback_f16),
+            "fallbacks": dict(self.fallbacks),
             "fingerprint": self.fingerprint, "seconds": round(self.seconds, 3),
             "peak_rss_mb": round(self.peak_rss_mb, 1),
         }
 
 
 def default_vision_type(text_type: str) -> str:
-    """f32 for an f32 conversion, else f16 (never Q4_0 for the vision tower)."""
+    """f32 for an f32 conversion, else f16 (never Q4_0 for the vision tower; for the K-quant
+    and IQ4 mixes F16 too, as the mmproj files published beside llama.cpp's Qwen3-VL GGUFs)."""
     return "f32" if text_type == "f32" else "f16"
 
 
@@ -129,8 +138,10 @@ def convert_checkpoint(hf_dir: str | os.PathLike[str], out_dir: str | os.PathLik
     name = src.resolve().name
     with SafetensorsCheckpoint.open_dir(src) as ckpt:
         tensors = canonical_names(ckpt.tensors)
-        text_plan = build_plan(expected_text(cfg), tensors, TYPE_BY_NAME[text_type])
-        vision_plan = build_plan(expected_vision(cfg), tensors, TYPE_BY_NAME[vision_type])
+        shape = TextShape(cfg.text.n_layers, cfg.text.n_heads // cfg.text.n_kv_heads,
+                          cfg.tie_word_embeddings)
+        text_plan = build_plan(expected_text(cfg), tensors, TypeChoice.named(text_type, shape))
+        vision_plan = build_plan(expected_vision(cfg), tensors, TypeChoice.named(vision_type))
         used = {pt.source for pt in [*text_plan, *vision_plan]}
         extra = unexpected_tensors(tensors, used)
         if extra:
@@ -143,9 +154,9 @@ def convert_checkpoint(hf_dir: str | os.PathLike[str], out_dir: str | os.PathLik
         final = (dst / TEXT_FILE, dst / VISION_FILE)
         parts = (dst / (TEXT_FILE + ".part"), dst / (VISION_FILE + ".part"))
         state = StreamState(total=len(text_plan) + len(vision_plan), callback=progress)
-        text_kv = text_writer(name, TYPE_BY_NAME[text_type], _n_params(text_plan), cfg, vocab,
+        text_kv = text_writer(name, file_type(text_type), _n_params(text_plan), cfg, vocab,
                               gen)
-        vision_kv = vision_writer(name, TYPE_BY_NAME[vision_type], _n_params(vision_plan), cfg,
+        vision_kv = vision_writer(name, file_type(vision_type), _n_params(vision_plan), cfg,
                                   proc, gen)
         try:
             written = (write_gguf(parts[0], text_kv, text_plan, tensors, ckpt, state),
@@ -178,5 +189,7 @@ def _result(final: tuple[Path, Path], written: tuple[WrittenFile, WrittenFile], 
         text_path=final[0], mmproj_path=final[1], text_type=text_type, vision_type=vision_type,
         text_tensors=n_text, vision_tensors=len(plan) - n_text, text_bytes=written[0].nbytes,
         vision_bytes=written[1].nbytes, tied_embeddings=tied,
-        fallback_f16=tuple(pt.name for pt in plan if pt.fallback), fingerprint=fingerprint,
-        seconds=seconds, peak_rss_mb=peak_rss_mb())
+        fallback_f16=tuple(pt.name for pt in plan if pt.fallback and pt.qtype == QType.F16),
+        fingerprint=fingerprint, seconds=seconds, peak_rss_mb=peak_rss_mb(),
+        fallbacks=tuple((pt.name, f"{pt.wanted.name}->{pt.qtype.name}") for pt in plan
+                        if pt.wanted is not None))

@@ -7,13 +7,13 @@ records them reversed. Type rules (llama.cpp's ``prepare_tensors``):
 * 1-d tensors (norms, biases) and ``*_norm.weight``: F32; ``v.position_embd.weight``: F32;
 * ``v.patch_embd.weight`` / ``.weight.1`` (the two temporal slices of the Conv3d): F16 when the
   vision type is F16, else F32;
-* every other matrix: the chosen type; Q8_0/Q4_0 need rows that are a multiple of 32 values,
-  others fall back to F16 (logged).
+* every other matrix: the chosen type, or for a K-quant / IQ4 ``--type`` (``q4_k_m``, ...)
+  the type llama.cpp's mix gives that tensor (``quant_mix``); a matrix whose rows do not divide
+  into the type's blocks falls back (``quant_mix.fit_rows``: Q8_0/Q4_0 → F16, as before).
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,11 +21,11 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from .errors import ConvertInputError
 from .hf_config import ModelConfig
+from .quant_mix import MIXES, QuantMix, TextShape, fit_rows, mix_type
 from .safetensors_mmap import TensorRecord
 
-logger = logging.getLogger(__name__)
-
 QType = GGMLQuantizationType
+# --type values that store every matrix in one type (llama-quantize --pure)
 TYPE_BY_NAME: dict[str, QType] = {
     "f32": QType.F32, "f16": QType.F16, "bf16": QType.BF16, "q8_0": QType.Q8_0,
     "q4_0": QType.Q4_0,
@@ -33,7 +33,32 @@ TYPE_BY_NAME: dict[str, QType] = {
 # general.file_type (llama.cpp LlamaFileType) of a file whose matrices are mostly this type.
 FILE_TYPE: dict[QType, int] = {QType.F32: 0, QType.F16: 1, QType.Q4_0: 2, QType.Q8_0: 7,
                                QType.BF16: 32}
-_BLOCK_TYPES = (QType.Q8_0, QType.Q4_0)
+
+
+def file_type(type_name: str) -> int:
+    """general.file_type of ``--type type_name`` (a uniform type or a mix)."""
+    mix = MIXES.get(type_name)
+    return mix.file_type if mix is not None else FILE_TYPE[TYPE_BY_NAME[type_name]]
+
+
+@dataclass(frozen=True)
+class TypeChoice:
+    """How one file's matrices are typed: ``uniform`` for all of them, or llama.cpp's
+    ``mix`` over a text model of ``shape`` (``uniform`` is then the mix's default type)."""
+
+    uniform: QType
+    mix: QuantMix | None = None
+    shape: TextShape | None = None
+
+    @classmethod
+    def named(cls, type_name: str, shape: TextShape | None = None) -> TypeChoice:
+        mix = MIXES.get(type_name)
+        if mix is None:
+            return cls(TYPE_BY_NAME[type_name])
+        if shape is None:
+            raise ValueError(f"the {type_name} mix needs the text model's shape")
+        return cls(mix.default, mix, shape)
+
 
 TEXT_PREFIX = "model.language_model."
 VISION_PREFIX = "model.visual."
@@ -67,7 +92,11 @@ class PlannedTensor:
     shape: tuple[int, ...]
     qtype: QType
     temporal_slice: int | None = None  # index along the Conv3d's time axis
-    fallback: bool = False  # wanted a block type, rows did not divide into blocks
+    wanted: QType | None = None  # the type asked for when rows did not divide into its blocks
+
+    @property
+    def fallback(self) -> bool:
+        return self.wanted is not None
 
     @property
     def nbytes(self) -> int:
@@ -79,22 +108,23 @@ class PlannedTensor:
         return list(reversed(self.shape))
 
 
-def _storage_type(name: str, shape: tuple[int, ...], chosen: QType) -> tuple[QType, bool]:
+def _storage_type(name: str, shape: tuple[int, ...], choice: TypeChoice) -> QType:
+    """The type ``choice`` wants for tensor ``name``, before the fallback for misfit rows."""
     if len(shape) <= 1 or name.endswith("_norm.weight") or name == "v.position_embd.weight":
-        return QType.F32, False
+        return QType.F32
     if ".patch_embd.weight" in name:
-        return (QType.F16 if chosen == QType.F16 else QType.F32), False
-    if chosen in _BLOCK_TYPES and shape[-1] % GGML_QUANT_SIZES[chosen][0] != 0:
-        logger.info("%s: rows of %d values are not a multiple of %d; %s falls back to F16",
-                    name, shape[-1], GGML_QUANT_SIZES[chosen][0], chosen.name)
-        return QType.F16, True
-    return chosen, False
+        return QType.F16 if choice.uniform == QType.F16 else QType.F32
+    if choice.mix is not None and choice.shape is not None:
+        return mix_type(choice.mix, name, shape[-1], choice.shape)
+    return choice.uniform
 
 
-def _planned(name: str, source: str, shape: tuple[int, ...], chosen: QType,
+def _planned(name: str, source: str, shape: tuple[int, ...], choice: TypeChoice,
              temporal_slice: int | None = None) -> PlannedTensor:
-    qtype, fallback = _storage_type(name, shape, chosen)
-    return PlannedTensor(name, source, shape, qtype, temporal_slice, fallback)
+    wanted = _storage_type(name, shape, choice)
+    qtype = fit_rows(name, wanted, shape[-1])
+    return PlannedTensor(name, source, shape, qtype, temporal_slice,
+                         None if qtype == wanted else wanted)
 
 
 def expected_text(cfg: ModelConfig) -> list[tuple[str, str, tuple[int, ...]]]:
@@ -167,7 +197,7 @@ def canonical_names(tensors: dict[str, TensorRecord]) -> dict[str, TensorRecord]
 
 
 def build_plan(entries: list[tuple[str, str, tuple[int, ...]]],
-               tensors: dict[str, TensorRecord], chosen: QType) -> list[PlannedTensor]:
+               tensors: dict[str, TensorRecord], chosen: TypeChoice) -> list[PlannedTensor]:
     """Check every expected tensor is there with its shape and plan its storage."""
     plan: list[PlannedTensor] = []
     for gguf_name, source, shape in entries:

@@ -3,7 +3,8 @@
  * HWCAP_ASIMDDP, e.g. the RK3588's Cortex-A76/A55) and "neon" (plain ASIMD, every aarch64).
  *
  * Tiles: float weights 4 rows x 4 tokens (16 FMLA per 8 loads), quantised 4 rows x 3 tokens
- * (SDOT pairs, row scales in one vector). Compiles to nothing off aarch64. The quantised kernels are one template (arm_neon_q.h)
+ * (SDOT pairs, row scales in one vector). Compiles to nothing off aarch64. The quantised kernels
+ * are two templates (arm_neon_q.h: Q8_0/Q4_0, arm_neon_k.h: the K-quant dots against Q8_K)
  * instantiated twice; the dotprod copy is compiled under `#pragma GCC target`, so a baseline
  * armv8-a build still contains it and the CPU check decides at run time.
  * Reference: kernels_scalar.c. Float sums are reordered (4 lanes, several accumulators).
@@ -16,6 +17,7 @@
 #include <sys/auxv.h>
 
 #include "../kernels.h"
+#include "arm_neon_kquants.h"
 #include "arm_neon_sgemm.h"
 #include "arm_neon_vit.h"
 
@@ -240,6 +242,7 @@ static void gemm_bf16(const ev_gemm_args *a, int64_t r0, int64_t r1) {
 #define NEON_DOT 0
 #define NQ(name) name##_plain
 #include "arm_neon_q.h"
+#include "arm_neon_k.h"
 #undef NEON_DOT
 #undef NQ
 
@@ -248,6 +251,7 @@ static void gemm_bf16(const ev_gemm_args *a, int64_t r0, int64_t r1) {
 #define NEON_DOT 1
 #define NQ(name) name##_dot
 #include "arm_neon_q.h"
+#include "arm_neon_k.h"
 #undef NEON_DOT
 #undef NQ
 #pragma GCC pop_options
@@ -259,9 +263,16 @@ static void gemm_bf16(const ev_gemm_args *a, int64_t r0, int64_t r1) {
         .name = NAME,                                                                       \
         .vec_dot = {[EV_TYPE_F32] = vec_dot_f32, [EV_TYPE_F16] = vec_dot_f16,               \
                     [EV_TYPE_BF16] = vec_dot_bf16, [EV_TYPE_Q8_0] = vec_dot_q8_0_##SUFFIX,  \
-                    [EV_TYPE_Q4_0] = vec_dot_q4_0_##SUFFIX},                                \
+                    [EV_TYPE_Q4_0] = vec_dot_q4_0_##SUFFIX,                                 \
+                    [EV_TYPE_Q4_K] = vec_dot_q4_K_##SUFFIX,                                 \
+                    [EV_TYPE_Q6_K] = vec_dot_q6_K_##SUFFIX,                                 \
+                    [EV_TYPE_Q5_K] = vec_dot_q5_K_##SUFFIX,                                 \
+                    [EV_TYPE_IQ4_XS] = vec_dot_iq4_xs_##SUFFIX,                             \
+                    [EV_TYPE_Q2_K] = vec_dot_q2_K_##SUFFIX,                                 \
+                    [EV_TYPE_Q3_K] = vec_dot_q3_K_##SUFFIX},                                \
         .dot_f32 = dot_f32, .axpy_f32 = axpy_f32, .dot_f16_f32 = dot_f16_f32,               \
         .axpy_f16_f32 = axpy_f16_f32, .quantize_q8_0 = quantize_q8_0,                       \
+        .quantize_q8_K = ev_neon_quantize_q8_K,                                             \
         .sgemm_f32 = ev_neon_sgemm_f32, .exp_sum_f32 = ev_neon_exp_sum_f32,                 \
         .gelu_tanh_f32 = ev_neon_gelu_tanh_f32,                                             \
         .gemm = {[EV_TYPE_F32] = gemm_f32, [EV_TYPE_F16] = gemm_f16,                        \

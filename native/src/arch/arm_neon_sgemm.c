@@ -10,22 +10,31 @@
 #include <arm_neon.h>
 #include <string.h>
 
+#include "arm_neon_kquants.h"
 #include "arm_neon_sgemm.h"
 
 #define PK_NR EV_GEMM_NR
 #define PK_MR EV_GEMM_MR
 #define PK_KC EV_GEMM_KC
 
+/* one row's columns [k0, k0 + kc) (whole blocks) as float32 into dst[kc]: Q4_K / Q6_K by the
+ * NEON dequantisers (arm_neon_kquants.c), every other type by the type table's to_float */
+static void dq_row(const ev_type_traits *t, const uint8_t *row, int64_t k0, int kc, float *dst) {
+    const uint8_t *blocks = row + k0 / t->block_size * t->type_size;
+    if (t->type == EV_TYPE_Q4_K) ev_neon_dequantize_q4_K(blocks, dst, kc);
+    else if (t->type == EV_TYPE_Q6_K) ev_neon_dequantize_q6_K(blocks, dst, kc);
+    else t->to_float(blocks, dst, kc);
+}
+
 /* rows r..r+R-1 (the rest zeros), columns [k0, k0 + kc) into one panel [k][16]: each row
- * dequantised into tmp [16][kc], then written 4 columns x 4 rows at a time through a 4 x 4
+ * dequantised into tmp [16][kc] (dq_row), then written 4 columns x 4 rows at a time through a 4 x 4
  * transpose (4 vector stores instead of 16 scalar stores 64 bytes apart) */
 static void pk_pack(float *panel, const ev_gemm_args *a, int64_t r, int R, int64_t k0, int kc) {
     const ev_type_traits *t = ev_type_get(a->w_type);
     float tmp[PK_NR][PK_KC] __attribute__((aligned(16)));   /* 16 KiB */
     for (int i = 0; i < PK_NR; i++) {
         if (i < R) {
-            const uint8_t *row = a->w + (r + i) * a->w_stride;
-            t->to_float(row + k0 / t->block_size * t->type_size, tmp[i], kc);
+            dq_row(t, a->w + (r + i) * a->w_stride, k0, kc, tmp[i]);
         } else {
             memset(tmp[i], 0, sizeof(float) * (size_t)kc);
         }

@@ -1,6 +1,7 @@
 /*
  * x86_avx2.c - the AVX2/FMA/F16C kernel set: single-row dot products, attention helpers and
- * the activation quantiser (the tiled matrix products are in x86_avx2_gemm.c).
+ * the activation quantiser (the tiled matrix products are in x86_avx2_gemm.c, the K-quant
+ * kernels in x86_avx2_kquants.c).
  *
  * Compiles to nothing off x86-64. Each function carries its own target attribute, so a
  * baseline build still contains them; ev_kernels_x86_avx2() checks the CPU at run time.
@@ -150,6 +151,12 @@ static const ev_kernels AVX2_OWN = {
         [EV_TYPE_BF16] = vec_dot_bf16,
         [EV_TYPE_Q8_0] = vec_dot_q8_0,
         [EV_TYPE_Q4_0] = vec_dot_q4_0,
+        [EV_TYPE_Q4_K] = ev_avx2_vec_dot_q4_K_q8_K,
+        [EV_TYPE_Q6_K] = ev_avx2_vec_dot_q6_K_q8_K,
+        [EV_TYPE_Q2_K] = ev_avx2_vec_dot_q2_K_q8_K,
+        [EV_TYPE_Q3_K] = ev_avx2_vec_dot_q3_K_q8_K,
+        [EV_TYPE_Q5_K] = ev_avx2_vec_dot_q5_K_q8_K,
+        [EV_TYPE_IQ4_XS] = ev_avx2_vec_dot_iq4_xs_q8_K,
     },
     .dot_f32 = dot_f32,
     .axpy_f32 = axpy_f32,
@@ -159,6 +166,7 @@ static const ev_kernels AVX2_OWN = {
     .exp_sum_f32 = ev_avx2_exp_sum_f32,
     .gelu_tanh_f32 = ev_avx2_gelu_tanh_f32,
     .quantize_q8_0 = quantize_q8_0,
+    .quantize_q8_K = ev_avx2_quantize_q8_K,
     .gemm = {
         [EV_TYPE_F32] = ev_avx2_gemm_f32,
         [EV_TYPE_F16] = ev_avx2_gemm_f16,
@@ -172,6 +180,12 @@ static const ev_kernels AVX2_OWN = {
         [EV_TYPE_BF16] = ev_avx2_gemm_dq_bf16,
         [EV_TYPE_Q8_0] = ev_avx2_gemm_dq_q8_0,
         [EV_TYPE_Q4_0] = ev_avx2_gemm_dq_q4_0,
+        [EV_TYPE_Q4_K] = ev_avx2_gemm_dq_q4_K,
+        [EV_TYPE_Q6_K] = ev_avx2_gemm_dq_q6_K,
+        [EV_TYPE_Q2_K] = ev_avx2_gemm_dq_q2_K,
+        [EV_TYPE_Q3_K] = ev_avx2_gemm_dq_q3_K,
+        [EV_TYPE_Q5_K] = ev_avx2_gemm_dq_q5_K,
+        [EV_TYPE_IQ4_XS] = ev_avx2_gemm_dq_iq4_xs,
     },
 };
 
@@ -185,8 +199,8 @@ static int has_f16c(void) {
 static ev_kernels AVX2;
 static pthread_once_t built = PTHREAD_ONCE_INIT;
 
-/* the set's own kernels, and for the types it has no panel dequantiser of (the K-quants,
- * IQ4) the many-token product dequantising through the type table into its panels */
+/* the set's own kernels, and for the types it has no panel dequantiser of (IQ4_NL) the
+ * many-token product dequantising through the type table into its panels */
 static void build(void) {
     ev_kernels_derive(&AVX2, ev_kernels_scalar(), &AVX2_OWN);
     for (int i = 0; i < ev_type_count(); i++) {

@@ -59,13 +59,36 @@ void ev_avx2_gemm_q8_0(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx2_gemm_q4_0(const ev_gemm_args *a, int64_t r0, int64_t r1);
 
 
+/* the K-quant kernels of x86_avx2_kquants.c: Q8_K activations (bit-identical to
+ * ev_quantize_row_q8_K), dots against them, and row dequantisers bit-identical to the type
+ * table's to_float (the many-token panels) */
+void ev_avx2_quantize_q8_K(const float *x, ev_block_q8_K *y, int64_t n);
+void ev_avx2_vec_dot_q4_K_q8_K(int64_t n, float *out, const void *w_row, const void *x_row);
+void ev_avx2_vec_dot_q6_K_q8_K(int64_t n, float *out, const void *w_row, const void *x_row);
+void ev_avx2_vec_dot_q2_K_q8_K(int64_t n, float *out, const void *w_row, const void *x_row);
+void ev_avx2_vec_dot_q3_K_q8_K(int64_t n, float *out, const void *w_row, const void *x_row);
+void ev_avx2_vec_dot_q5_K_q8_K(int64_t n, float *out, const void *w_row, const void *x_row);
+void ev_avx2_vec_dot_iq4_xs_q8_K(int64_t n, float *out, const void *w_row, const void *x_row);
+void ev_avx2_dequantize_q4_K(const void *src, float *dst, int64_t n);
+void ev_avx2_dequantize_q6_K(const void *src, float *dst, int64_t n);
+void ev_avx2_dequantize_q2_K(const void *src, float *dst, int64_t n);
+void ev_avx2_dequantize_q3_K(const void *src, float *dst, int64_t n);
+void ev_avx2_dequantize_q5_K(const void *src, float *dst, int64_t n);
+void ev_avx2_dequantize_iq4_xs(const void *src, float *dst, int64_t n);
+
 /* the many-token products on float activations of x86_avx2_sgemm.c */
 void ev_avx2_gemm_dq_f32(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx2_gemm_dq_f16(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx2_gemm_dq_bf16(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx2_gemm_dq_q8_0(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx2_gemm_dq_q4_0(const ev_gemm_args *a, int64_t r0, int64_t r1);
-/* any other type of the table (the K-quants, IQ4): its scalar to_float into the same panels */
+void ev_avx2_gemm_dq_q4_K(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx2_gemm_dq_q6_K(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx2_gemm_dq_q2_K(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx2_gemm_dq_q3_K(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx2_gemm_dq_q5_K(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx2_gemm_dq_iq4_xs(const ev_gemm_args *a, int64_t r0, int64_t r1);
+/* any other type of the table (IQ4_NL): its scalar to_float into the same panels */
 void ev_avx2_gemm_dq_by_table(const ev_gemm_args *a, int64_t r0, int64_t r1);
 
 /* the ViT's float kernels of x86_avx2_vit.c */

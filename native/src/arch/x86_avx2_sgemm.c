@@ -24,8 +24,8 @@
 #define PK_KC EV_GEMM_KC         /* columns per chunk, a multiple of the block size 32 */
 
 /* Columns [k0, k0 + kc) of one weight row as float32 into dst[kc]; k0 and kc are whole
- * blocks (EV_GEMM_KC chunks, kernels.h). Types without a SIMD dequantiser here (the K-quants,
- * IQ4) go through the type table's scalar to_float. */
+ * blocks (EV_GEMM_KC chunks, kernels.h). The K-quants and IQ4_XS: the AVX2 dequantisers of
+ * x86_avx2_kquants.c; IQ4_NL goes through the type table's scalar to_float. */
 EV_AVX2_INLINE void dq_row(const int type, const uint8_t *row, int64_t k0, int kc, float *dst) {
     int k = 0;
     switch (type) {
@@ -65,6 +65,24 @@ EV_AVX2_INLINE void dq_row(const int type, const uint8_t *row, int64_t k0, int k
         }
         return;
     }
+    case EV_TYPE_Q2_K:   /* the K-quants and IQ4_XS: whole super-blocks (k0, kc % 256 == 0) */
+        ev_avx2_dequantize_q2_K((const ev_block_q2_K *)row + k0 / EV_QK_K, dst, (int64_t)kc);
+        return;
+    case EV_TYPE_Q3_K:
+        ev_avx2_dequantize_q3_K((const ev_block_q3_K *)row + k0 / EV_QK_K, dst, (int64_t)kc);
+        return;
+    case EV_TYPE_Q4_K:
+        ev_avx2_dequantize_q4_K((const ev_block_q4_K *)row + k0 / EV_QK_K, dst, (int64_t)kc);
+        return;
+    case EV_TYPE_Q5_K:
+        ev_avx2_dequantize_q5_K((const ev_block_q5_K *)row + k0 / EV_QK_K, dst, (int64_t)kc);
+        return;
+    case EV_TYPE_Q6_K:
+        ev_avx2_dequantize_q6_K((const ev_block_q6_K *)row + k0 / EV_QK_K, dst, (int64_t)kc);
+        return;
+    case EV_TYPE_IQ4_XS:
+        ev_avx2_dequantize_iq4_xs((const ev_block_iq4_xs *)row + k0 / EV_QK_K, dst, (int64_t)kc);
+        return;
     default: {
         const ev_type_traits *t = ev_type_get(type);
         t->to_float(row + k0 / t->block_size * t->type_size, dst, (int64_t)kc);
@@ -239,6 +257,12 @@ PK_PACK(f16, EV_TYPE_F16)
 PK_PACK(bf16, EV_TYPE_BF16)
 PK_PACK(q8_0, EV_TYPE_Q8_0)
 PK_PACK(q4_0, EV_TYPE_Q4_0)
+PK_PACK(q4_K, EV_TYPE_Q4_K)
+PK_PACK(q6_K, EV_TYPE_Q6_K)
+PK_PACK(q2_K, EV_TYPE_Q2_K)
+PK_PACK(q3_K, EV_TYPE_Q3_K)
+PK_PACK(q5_K, EV_TYPE_Q5_K)
+PK_PACK(iq4_xs, EV_TYPE_IQ4_XS)
 #undef PK_PACK
 
 /* the panel packer of any other type: dq_row's table path, the type read from the arguments */

@@ -8,12 +8,12 @@ from datetime import UTC, datetime
 
 from ...config import Config
 from ...engine import Engine
+from ...engine.quantisation import quantisation_name
 from ...metrics import Metrics
 from ...pipeline.admission import RequestSide
 from ...pipeline.cache import VisionCache
 from ...pipeline.image_refs import ImageRefs
 from ...pipeline.jobs import JobQueue, RequestJob
-from ..mqtt.bridge import WEIGHT_TYPES
 from .media_fetch import MediaFetcher
 from .ollama_api import ModelCard
 from .server import HttpFrontDoor
@@ -22,12 +22,11 @@ from .submit import Submitter
 
 def model_card(config: Config, engine: Engine) -> ModelCard:
     files = [p for p in (engine.files.text, engine.files.mmproj) if p is not None]
-    weight_type = int(engine.model.info.get("weight_type", -1))
     modified = max(p.stat().st_mtime for p in files)
     return ModelCard(
         name=config.http.model_name or engine.name, family=engine.architecture.architecture,
         context=engine.context, size=sum(p.stat().st_size for p in files),
-        quantization=WEIGHT_TYPES.get(weight_type, f"type{weight_type}"),
+        quantization=quantisation_name(engine.model),
         digest=engine.facts.fingerprint,
         modified_at=datetime.fromtimestamp(modified, UTC).isoformat().replace("+00:00", "Z"))
 

@@ -25,6 +25,7 @@ from typing import Any
 from ... import __version__
 from ...config import Config
 from ...engine import Engine
+from ...engine.quantisation import quantisation_name
 from ...metrics import Metrics
 from ...pipeline.cache import VisionCache
 from ...pipeline.worker import Answered
@@ -36,9 +37,6 @@ log = logging.getLogger(__name__)
 
 HA_STATE_MAX = 255          # Home Assistant drops a longer entity state
 HA_ATTRIBUTES_MAX = 16_000  # attributes beyond ~16 KiB are not stored
-# ggml tensor types of the weights (edgevlm_model_info.weight_type)
-WEIGHT_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 8: "Q8_0", 10: "Q2_K", 11: "Q3_K", 12: "Q4_K",
-                13: "Q5_K", 14: "Q6_K", 20: "IQ4_NL", 23: "IQ4_XS", 30: "BF16"}
 
 
 def _now() -> str:
@@ -47,12 +45,11 @@ def _now() -> str:
 
 def info_payload(config: Config, engine: Engine, topics: Topics) -> dict[str, Any]:
     mqtt = config.mqtt
-    weight_type = int(engine.model.info.get("weight_type", -1))
     return {
         "version": __version__,
         "node_id": topics.node,
         "model": {"name": engine.name, "family": engine.family.name,
-                  "quantisation": WEIGHT_TYPES.get(weight_type, f"type{weight_type}"),
+                  "quantisation": quantisation_name(engine.model),
                   "context": engine.context},
         "limits": config.limits.model_dump(mode="json"),
         "capabilities": {
