@@ -7,47 +7,12 @@
 #include <stdint.h>
 
 #include "kernels.h"
-#include "kquant_fixtures.h"
+#include "kquant_fixture_table.h"
 #include "test_util.h"
 #include "types.h"
 
 static unsigned long long seed = 2718;
 
-/* the types under test with their fixture blocks (kquant_fixtures.h) */
-static const struct {
-    int32_t type;
-    const uint8_t *blocks;
-    const uint64_t *hashes;
-    int n_blocks;
-} FIXTURES[] = {
-    {EV_TYPE_Q2_K, kqf_q2_k, kqf_q2_k_hash, KQF_Q2_K_BLOCKS},
-    {EV_TYPE_Q3_K, kqf_q3_k, kqf_q3_k_hash, KQF_Q3_K_BLOCKS},
-    {EV_TYPE_Q4_K, kqf_q4_k, kqf_q4_k_hash, KQF_Q4_K_BLOCKS},
-    {EV_TYPE_Q5_K, kqf_q5_k, kqf_q5_k_hash, KQF_Q5_K_BLOCKS},
-    {EV_TYPE_Q6_K, kqf_q6_k, kqf_q6_k_hash, KQF_Q6_K_BLOCKS},
-    {EV_TYPE_IQ4_NL, kqf_iq4_nl, kqf_iq4_nl_hash, KQF_IQ4_NL_BLOCKS},
-    {EV_TYPE_IQ4_XS, kqf_iq4_xs, kqf_iq4_xs_hash, KQF_IQ4_XS_BLOCKS},
-};
-#define N_FIXTURES ((int)(sizeof FIXTURES / sizeof FIXTURES[0]))
-
-/* FNV-1a 64 over the little-endian bytes of n floats (the generator's hash) */
-static uint64_t fnv1a64(const float *v, int n) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    const uint8_t *b = (const uint8_t *)v;
-    for (int i = 0; i < 4 * n; i++) {
-        h ^= b[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
-/* a standard normal deviate (Box-Muller over the test generator) */
-static float gaussian(void) {
-    double u1 = (tu_rand_u64(&seed) >> 11) * (1.0 / 9007199254740992.0);
-    double u2 = (tu_rand_u64(&seed) >> 11) * (1.0 / 9007199254740992.0);
-    if (u1 < 1e-300) u1 = 1e-300;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
 
 static void test_table_entries(void) {
     const struct { int32_t id, bs, ts, act; const char *name; } want[] = {
@@ -87,7 +52,7 @@ static void test_dequantize_matches_gguf_python(void) {
         int bad = 0;
         for (int b = 0; b < FIXTURES[f].n_blocks; b++) {
             ev_row_to_f32(t->type, FIXTURES[f].blocks + (size_t)b * t->type_size, out, t->block_size);
-            if (fnv1a64(out, t->block_size) == FIXTURES[f].hashes[b]) continue;
+            if (tu_fnv1a64(out, t->block_size) == FIXTURES[f].hashes[b]) continue;
             if (bad++ < 2)
                 fprintf(stderr, "  %s block %d: values %.9g %.9g %.9g ... differ from gguf-py's\n",
                         t->name, b, out[0], out[1], out[t->block_size - 1]);
@@ -102,7 +67,7 @@ static double relative_rms_error(int32_t type, int64_t n, float scale, int with_
     const ev_type_traits *t = ev_type_get(type);
     float *x = malloc((size_t)n * 4), *y = malloc((size_t)n * 4);
     void *q = malloc((size_t)ev_row_bytes(type, n));
-    for (int64_t i = 0; i < n; i++) x[i] = gaussian() * scale;
+    for (int64_t i = 0; i < n; i++) x[i] = tu_gaussian(&seed) * scale;
     if (with_outliers)
         for (int64_t i = 0; i < n; i += 97) x[i] *= 8.0f;
     t->from_float(x, q, n);
@@ -238,8 +203,8 @@ static void test_vec_dot_against_dequantized(void) {
             uint8_t *xa = malloc((size_t)(n / act->block_size) * (size_t)act->type_size);
             for (int rep = 0; rep < 8; rep++, runs++) {
                 const float ws = rep % 2 ? 0.02f : 3.0f;
-                for (int64_t i = 0; i < n; i++) wf[i] = gaussian() * ws + (rep % 3 == 0 ? ws : 0.0f);
-                for (int64_t i = 0; i < n; i++) x[i] = gaussian() * (rep % 4 == 1 ? 100.0f : 1.0f);
+                for (int64_t i = 0; i < n; i++) wf[i] = tu_gaussian(&seed) * ws + (rep % 3 == 0 ? ws : 0.0f);
+                for (int64_t i = 0; i < n; i++) x[i] = tu_gaussian(&seed) * (rep % 4 == 1 ? 100.0f : 1.0f);
                 t->from_float(wf, w, n);
                 act->from_float(x, xa, n);
                 t->to_float(w, wf, n);

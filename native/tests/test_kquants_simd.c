@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "kernels.h"
-#include "kquant_fixtures.h"
+#include "kquant_fixture_table.h"
 #include "test_util.h"
 #include "types.h"
 #if defined(__x86_64__)
@@ -44,30 +44,6 @@ static int simd_sets(const ev_kernels *out[MAX_SETS]) {
     return n;
 }
 
-/* the types under test with their fixture blocks (kquant_fixtures.h) */
-static const struct {
-    int32_t type;
-    const uint8_t *blocks;
-    const uint64_t *hashes;
-    int n_blocks;
-} FIXTURES[] = {
-    {EV_TYPE_Q2_K, kqf_q2_k, kqf_q2_k_hash, KQF_Q2_K_BLOCKS},
-    {EV_TYPE_Q3_K, kqf_q3_k, kqf_q3_k_hash, KQF_Q3_K_BLOCKS},
-    {EV_TYPE_Q4_K, kqf_q4_k, kqf_q4_k_hash, KQF_Q4_K_BLOCKS},
-    {EV_TYPE_Q5_K, kqf_q5_k, kqf_q5_k_hash, KQF_Q5_K_BLOCKS},
-    {EV_TYPE_Q6_K, kqf_q6_k, kqf_q6_k_hash, KQF_Q6_K_BLOCKS},
-    {EV_TYPE_IQ4_NL, kqf_iq4_nl, kqf_iq4_nl_hash, KQF_IQ4_NL_BLOCKS},
-    {EV_TYPE_IQ4_XS, kqf_iq4_xs, kqf_iq4_xs_hash, KQF_IQ4_XS_BLOCKS},
-};
-#define N_FIXTURES ((int)(sizeof FIXTURES / sizeof FIXTURES[0]))
-
-/* a standard normal deviate (Box-Muller over the test generator) */
-static float gaussian(void) {
-    double u1 = (tu_rand_u64(&seed) >> 11) * (1.0 / 9007199254740992.0);
-    double u2 = (tu_rand_u64(&seed) >> 11) * (1.0 / 9007199254740992.0);
-    if (u1 < 1e-300) u1 = 1e-300;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
 
 /* n values that stress the Q8_K quantiser, pattern p: random at a random scale; exact ties
  * of the rounding (max -127: x.5 values); the largest magnitude twice with both signs (the
@@ -274,14 +250,14 @@ static void test_simd_matmul_matches_scalar(void) {
     float *y = malloc(sizeof(float) * N_OUT * MAX_TOK), *y_ref = malloc(sizeof(float) * N_OUT * MAX_TOK);
     float *bias = malloc(sizeof(float) * N_OUT);
     for (int i = 0; i < N_OUT; i++) bias[i] = tu_randf(&seed);
-    for (int i = 0; i < MAX_TOK * N_IN; i++) x[i] = gaussian();
+    for (int i = 0; i < MAX_TOK * N_IN; i++) x[i] = tu_gaussian(&seed);
     for (int ti = 0; ti < ev_type_count(); ti++) {
         const ev_type_traits *t = ev_type_at(ti);
         if (t->vec_dot_type != EV_TYPE_Q8_K) continue;
         const int64_t rb = ev_row_bytes(t->type, N_IN);
         uint8_t *w = malloc((size_t)(rb * N_OUT));
         for (int r = 0; r < N_OUT; r++) {
-            for (int i = 0; i < N_IN; i++) wf[r * N_IN + i] = gaussian() + (r % 3 == 0 ? 0.5f : 0.0f);
+            for (int i = 0; i < N_IN; i++) wf[r * N_IN + i] = tu_gaussian(&seed) + (r % 3 == 0 ? 0.5f : 0.0f);
             t->from_float(wf + r * N_IN, w + r * rb, N_IN);
         }
         double mag[MAX_TOK][N_OUT];   /* per output, with Q8_K's rounding of x (< 1 %) */

@@ -28,25 +28,6 @@ static const struct {
 };
 #define N_FIXTURES ((int)(sizeof FIXTURES / sizeof FIXTURES[0]))
 
-/* FNV-1a 64 over the little-endian bytes of n floats (the generator's hash) */
-static uint64_t fnv1a64(const float *v, int n) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    const uint8_t *b = (const uint8_t *)v;
-    for (int i = 0; i < 4 * n; i++) {
-        h ^= b[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
-/* a standard normal deviate (Box-Muller over the test generator) */
-static float gaussian(void) {
-    double u1 = (tu_rand_u64(&seed) >> 11) * (1.0 / 9007199254740992.0);
-    double u2 = (tu_rand_u64(&seed) >> 11) * (1.0 / 9007199254740992.0);
-    if (u1 < 1e-300) u1 = 1e-300;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
-
 static void test_table_entries(void) {
     const struct { int32_t id, ts, scale0, scale1; const char *name; } want[] = {
         {EV_TYPE_Q4_1, 20, 0, 2, "q4_1"}, {EV_TYPE_Q5_0, 22, 0, -1, "q5_0"},
@@ -105,7 +86,7 @@ static int dequantized_blocks_differing(const ev_type_traits *t, const uint8_t *
         if (ev_first_nonfinite_scale(t->type, block, 1) >= 0) continue;
         ++*checked;
         ev_row_to_f32(t->type, block, out, 32);
-        if (fnv1a64(out, 32) == hashes[b]) continue;
+        if (tu_fnv1a64(out, 32) == hashes[b]) continue;
         if (bad++ < 2)
             fprintf(stderr, "  %s block %d: values %.9g %.9g ... %.9g differ from gguf-py's\n",
                     t->name, b, out[0], out[1], out[31]);
@@ -141,7 +122,7 @@ static double relative_rms_error(int32_t type, int64_t n, float scale, float off
     const ev_type_traits *t = ev_type_get(type);
     float *x = malloc((size_t)n * 4), *y = malloc((size_t)n * 4);
     void *q = malloc((size_t)ev_row_bytes(type, n));
-    for (int64_t i = 0; i < n; i++) x[i] = gaussian() * scale + offset * scale;
+    for (int64_t i = 0; i < n; i++) x[i] = tu_gaussian(&seed) * scale + offset * scale;
     t->from_float(x, q, n);
     t->to_float(q, y, n);
     double err = 0.0, ref = 0.0;
@@ -219,9 +200,9 @@ static void test_vec_dot(void) {
             ev_block_q8_0 *xq = malloc((size_t)(n / 32) * sizeof(ev_block_q8_0));
             for (int rep = 0; rep < 12; rep++, runs++) {
                 const float ws = rep % 2 ? 0.02f : 3.0f, offset = rep % 3 == 0 ? 2.0f * ws : 0.0f;
-                for (int64_t i = 0; i < n; i++) wf[i] = gaussian() * ws + offset;
+                for (int64_t i = 0; i < n; i++) wf[i] = tu_gaussian(&seed) * ws + offset;
                 const float xs = rep % 4 == 1 ? 100.0f : 1.0f, x_offset = rep % 5 == 0 ? xs : 0.0f;
-                for (int64_t i = 0; i < n; i++) x[i] = gaussian() * xs + x_offset;
+                for (int64_t i = 0; i < n; i++) x[i] = tu_gaussian(&seed) * xs + x_offset;
                 t->from_float(wf, w, n);
                 ev_quantize_row_q8_0(x, xq, n);
                 t->to_float(w, wf, n);

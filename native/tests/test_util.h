@@ -4,6 +4,7 @@
 #define EDGEVLM_TEST_UTIL_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,23 @@ static inline unsigned long long tu_rand_u64(unsigned long long *s) {
 }
 static inline float tu_randf(unsigned long long *s) {   /* uniform in [-1, 1) */
     return (float)((tu_rand_u64(s) >> 40) * (1.0 / 8388608.0) - 1.0);
+}
+/* a standard normal deviate (Box-Muller over tu_rand_u64) */
+static inline float tu_gaussian(unsigned long long *s) {
+    double u1 = (tu_rand_u64(s) >> 11) * (1.0 / 9007199254740992.0);
+    double u2 = (tu_rand_u64(s) >> 11) * (1.0 / 9007199254740992.0);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+/* FNV-1a 64 over the little-endian bytes of n floats (the fixture generators' hash) */
+static inline uint64_t tu_fnv1a64(const float *v, int n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    const uint8_t *b = (const uint8_t *)v;
+    for (int i = 0; i < 4 * n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
 }
 
 #endif
