@@ -8,30 +8,16 @@
 #include <stdint.h>
 
 #include "kernels.h"
+#include "kernel_sets.h"
 #include "test_util.h"
 
 static unsigned long long seed = 4242;
 
-#define MAX_SETS 6
 
 /* the scalar set first, then every SIMD set this CPU runs */
 static int all_sets(const ev_kernels *out[MAX_SETS]) {
-    int n = 0;
-    out[n++] = ev_kernels_scalar();
-#if defined(__x86_64__)
-    const ev_kernels *cand[] = {ev_kernels_x86_avx2(), ev_kernels_x86_avx512(),
-                                ev_kernels_x86_avx512_fast()};
-#elif defined(__aarch64__)
-    const ev_kernels *cand[] = {ev_kernels_arm_neon_plain(), ev_kernels_arm_neon()};
-#else
-    const ev_kernels *cand[] = {NULL};
-#endif
-    for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) {
-        int seen = !cand[i];
-        for (int j = 0; j < n && !seen; j++) seen = out[j] == cand[i];
-        if (!seen && n < MAX_SETS) out[n++] = cand[i];
-    }
-    return n;
+    out[0] = ev_kernels_scalar();
+    return tu_add_simd_sets(out, 1);
 }
 
 static double tol_for(int64_t terms, double mag) {

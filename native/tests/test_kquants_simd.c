@@ -13,6 +13,7 @@
 
 #include "kernels.h"
 #include "kquant_fixture_table.h"
+#include "kernel_sets.h"
 #include "test_util.h"
 #include "types.h"
 #if defined(__x86_64__)
@@ -23,25 +24,10 @@
 
 static unsigned long long seed = 31415;
 
-#define MAX_SETS 6
 
 /* every SIMD set this CPU runs (the scalar set left out) */
 static int simd_sets(const ev_kernels *out[MAX_SETS]) {
-    int n = 0;
-#if defined(__x86_64__)
-    const ev_kernels *cand[] = {ev_kernels_x86_avx2(), ev_kernels_x86_avx512(),
-                                ev_kernels_x86_avx512_fast()};
-#elif defined(__aarch64__)
-    const ev_kernels *cand[] = {ev_kernels_arm_neon_plain(), ev_kernels_arm_neon()};
-#else
-    const ev_kernels *cand[] = {NULL};
-#endif
-    for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) {
-        int seen = !cand[i];
-        for (int j = 0; j < n && !seen; j++) seen = out[j] == cand[i];
-        if (!seen && n < MAX_SETS) out[n++] = cand[i];
-    }
-    return n;
+    return tu_add_simd_sets(out, 0);
 }
 
 
