@@ -47,7 +47,7 @@ def cache_dir() -> Path:
             / f"llama-cpp-python-{LLAMA_CPP_PYTHON_VERSION}")
 
 
-def _download_sdist(dest: Path) -> Path:
+def download_sdist(dest: Path) -> Path:
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
            f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}", "-d", str(dest)]
     logger.info("downloading the llama-cpp-python %s sdist: %s", LLAMA_CPP_PYTHON_VERSION,
@@ -93,7 +93,7 @@ def ensure_converter() -> Path:
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         staging = Path(tmp) / "extract"
         staging.mkdir()
-        _extract(_download_sdist(Path(tmp)), staging)
+        _extract(download_sdist(Path(tmp)), staging)
         (staging / _COMPLETE).write_text(LLAMA_CPP_PYTHON_VERSION + "\n")
         if target.exists():
             shutil.rmtree(target)
