@@ -6,11 +6,24 @@
  * (ev_kernels_derive): a type or kernel a CPU set lacks runs the scalar kernel instead of
  * nothing. ev_kernels_best / ev_kernels_fast pick the set for the running CPU.
  */
+#include <stdlib.h>
+#include <string.h>
+
 #include "kernels.h"
 
+/* EDGEVLM_MAX_CPU_ISA caps the instruction set of the kernels, as oneDNN's ONEDNN_MAX_CPU_ISA
+ * does: "avx2" runs an AVX-512 host on its AVX2 set (the bench's pinned mode: the AVX2 code
+ * path measured on any x86 host), "scalar" the reference kernels on any CPU. Unset, empty or
+ * any other value: no cap. Read when a session picks its kernels. */
+static int isa_capped_to(const char *isa) {
+    const char *cap = getenv("EDGEVLM_MAX_CPU_ISA");
+    return cap && strcmp(cap, isa) == 0;
+}
+
 const ev_kernels *ev_kernels_best(void) {
+    if (isa_capped_to("scalar")) return ev_kernels_scalar();
 #if defined(__x86_64__)
-    const ev_kernels *k = ev_kernels_x86_avx512();
+    const ev_kernels *k = isa_capped_to("avx2") ? NULL : ev_kernels_x86_avx512();
     if (k) return k;
     k = ev_kernels_x86_avx2();
     if (k) return k;
@@ -23,7 +36,8 @@ const ev_kernels *ev_kernels_best(void) {
 
 const ev_kernels *ev_kernels_fast(void) {
 #if defined(__x86_64__)
-    const ev_kernels *k = ev_kernels_x86_avx512_fast();
+    const ev_kernels *k = isa_capped_to("avx2") || isa_capped_to("scalar")
+                              ? NULL : ev_kernels_x86_avx512_fast();
     if (k) return k;
 #endif
     return ev_kernels_best();
