@@ -16,7 +16,9 @@ One command does everything, reusing what earlier runs left in ``~/.cache/edgevl
    vision path; F16 is what published mmproj files use) and BF16 with ``bf16``;
 3. the llama.cpp peer: ``llama-cpp-python`` (pinned below) compiled from source with
    ``CMAKE_ARGS=-DGGML_NATIVE=ON`` into its own venv ``venv-llamacpp`` (plus matplotlib for the
-   plot), so the project venv stays clean. The first build takes ~30 min on 2 cores.
+   plot), so the project venv stays clean. The first build takes ~30 min on 2 cores;
+4. with ``--engines ...,llama-bench``: llama.cpp's own ``llama-bench`` built from the same
+   tree by ``tools/llamacpp_tools.py`` (``--llama-variant avx2``: pinned to AVX2/FMA/F16C).
 
 Stages (``--stages``, all by default, in this order):
 
@@ -85,12 +87,13 @@ from engine_setup import (
     ensure_checkpoint,
     ensure_gguf,
     ensure_llama_venv,
+    ensure_tools,
     machine_info,
     repo_state,
 )
 
 ALL_OPS = ("pp128", "pp512", "tg64", "vit256", "vit448")
-ALL_TYPES = ("q8_0", "q4_0", "bf16")
+ALL_TYPES = ("q8_0", "q4_0", "bf16")   # the default; also f16, f32 and the K-quant mixes
 ALL_STAGES = ("engine", "ttft", "cold", "threads")
 
 
@@ -112,7 +115,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help=f"the engine stage's subset of {','.join(ALL_OPS)} (ppN / tgN / vitS "
                          "also accepted)")
     ap.add_argument("--engines", default="edgevlm,llama.cpp",
-                    help="edgevlm, llama.cpp, transformers (engine stage, bf16 only)")
+                    help="edgevlm, edgevlm-fast, llama.cpp (the bindings), llama-bench "
+                         "(llama.cpp's own tool; prefill and decode), transformers (engine "
+                         "stage, bf16 only)")
+    ap.add_argument("--isa", default="native", choices=("native", "avx2"),
+                    help="native: each engine's best code path for this CPU; avx2: both "
+                         "pinned to the AVX2 path on any x86 host (edgevlm with "
+                         "EDGEVLM_MAX_CPU_ISA=avx2, llama-bench built with AVX2/FMA/F16C "
+                         "only; default native)")
     ap.add_argument("--stage-type", default="q8_0",
                     help="the GGUF pair of the ttft, cold and threads stages")
     ap.add_argument("--scaling-threads",
@@ -154,6 +164,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for t in [*args.types, args.stage_type]:
         if t not in VISION_TYPE:
             ap.error(f"unknown type {t}; choose from {','.join(VISION_TYPE)}")
+    if args.isa == "avx2" and (set(args.engines) & {"llama.cpp", "transformers"}
+                               or set(args.stages) != {"engine"}):
+        ap.error("--isa avx2 pins edgevlm and llama-bench in the engine stage; the llama.cpp "
+                 "bindings and transformers are built for this CPU: use --stages engine "
+                 "--engines edgevlm,llama-bench")
     if args.runs < 1:
         ap.error("--runs must be >= 1")
     if any(n < 1 for n in args.scaling_threads) or not args.scaling_threads:
@@ -179,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     cache_root().mkdir(parents=True, exist_ok=True)
     loadavg_start = os.getloadavg()
     llama_py = ensure_llama_venv() if "llama.cpp" in args.engines else ""
+    if args.isa == "avx2":   # inherited by every worker process
+        os.environ["EDGEVLM_MAX_CPU_ISA"] = "avx2"
+    args.llama_bin = (ensure_tools(["llama-bench"], args.isa)
+                      if "llama-bench" in args.engines else "")
     checkpoint = ensure_checkpoint(args.edgevlm_python)
     stage_types = args.stage_type if set(args.stages) - {"engine"} else None
     ggufs = {t: ensure_gguf(args.edgevlm_python, checkpoint, t, args.reconvert)
@@ -197,12 +216,14 @@ def main(argv: list[str] | None = None) -> int:
             for engine, e in t["engines"].items():
                 versions[engine] = e["version"]
                 versions[f"{engine} build"] = e["build"].strip()
+        if "llama-bench" in versions:
+            versions["llama-bench"] += f" ({args.isa} build, tools/llamacpp_tools.py)"
         if "llama.cpp" in versions:
             versions["llama.cpp"] += f" (built from source, CMAKE_ARGS={LLAMA_CMAKE_ARGS})"
         return {
             "meta": {"date": started.strftime("%Y-%m-%d %H:%M"), "runs": args.runs,
                      "threads": args.threads, "ops": args.ops, "ctx": args.ctx,
-                     "batch": args.batch, "stages": args.stages,
+                     "batch": args.batch, "stages": args.stages, "isa": args.isa,
                      "loadavg_start": loadavg_start,
                      "loadavg_end": os.getloadavg(), "complete": complete,
                      "duration_s": round((dt.datetime.now() - started).total_seconds()),

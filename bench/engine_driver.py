@@ -14,10 +14,15 @@ from engine_common import PAUSE_S, REPO, cache_root, log, median
 
 # edgevlm-fast: edgevlm with precision "fast" (llama.cpp's rounding of the prefill/ViT
 # activations, where the CPU has kernels for it), compared with the peers like edgevlm
-ENGINES = ("edgevlm", "edgevlm-fast", "llama.cpp", "transformers")
+# llama-bench: llama.cpp's own benchmark tool (engine_llama_bench.py), prefill and decode only
+ENGINES = ("edgevlm", "edgevlm-fast", "llama.cpp", "llama-bench", "transformers")
 OURS = ENGINES[:2]
 PEERS = ENGINES[2:]
-VISION_TYPE = {"q8_0": "q8_0", "q4_0": "f16", "bf16": "bf16", "f16": "f16", "f32": "f32"}
+# the vision tower's storage type next to each text type: F16 where llama.cpp has no vision
+# path of the type (Q4_0, the K-quant mixes) - what published mmproj files use
+VISION_TYPE = {"q8_0": "q8_0", "q4_0": "f16", "bf16": "bf16", "f16": "f16", "f32": "f32",
+               "q4_k_m": "f16", "q5_k_m": "f16", "q6_k": "f16", "q3_k_m": "f16",
+               "iq4_xs": "f16"}
 WORKER_SCRIPT = Path(__file__).resolve().parent / "engine_workers.py"
 
 
@@ -30,7 +35,7 @@ class WorkerProc:
         cmd = [python, str(WORKER_SCRIPT), "--worker", engine.replace(".", ""),
                "--gguf-dir", str(gguf_dir),
                "--threads", str(args.threads), "--ctx", str(args.ctx),
-               "--batch", str(args.batch)]
+               "--batch", str(args.batch), "--llama-bin", str(args.llama_bin or "")]
         env = dict(os.environ)
         self.log_fh = open(log_path, "a")  # noqa: SIM115 - lives as long as the worker
         self.log_fh.write(f"\n===== {time.ctime()} {' '.join(cmd)}\n")
@@ -108,7 +113,8 @@ def alternate(workers: dict[str, WorkerProc], plan: dict[str, list[str]], runs: 
     log(f"{label}: untimed warm-up of {', '.join(ops)}")
     for op in ops:
         for engine in engines:
-            if op in plan[engine]:
+            # llama-bench warms up inside each of its processes
+            if op in plan[engine] and engine != "llama-bench":
                 workers[engine].ask("tg4" if op.startswith("tg") else op)
                 time.sleep(PAUSE_S)
     samples: dict[str, dict[str, list[dict[str, Any]]]] = {e: {op: [] for op in plan[e]}
@@ -162,7 +168,9 @@ def run_type(qtype: str, gguf: Path, checkpoint: Path, args: argparse.Namespace,
     try:
         workers = start_workers(engines, qtype, {e: checkpoint if e == "transformers" else gguf
                                                  for e in engines}, args, llama_py, label)
-        samples = alternate(workers, {e: list(args.ops) for e in engines}, args.runs, label)
+        plan = {e: [op for op in args.ops if e != "llama-bench" or op[:2] in ("pp", "tg")]
+                for e in engines}
+        samples = alternate(workers, plan, args.runs, label)
         for engine in engines:
             mem = workers[engine].ask("mem")
             hello = workers[engine].hello
@@ -186,5 +194,6 @@ def run_type(qtype: str, gguf: Path, checkpoint: Path, args: argparse.Namespace,
             if peer in out["engines"]:
                 theirs = out["engines"][peer]["ops"]
                 out[key][peer] = {op: theirs[op]["ms"] / ours[op]["ms"] for op in args.ops
-                                  if ours[op]["ms"] and theirs[op]["ms"]}
+                                  if op in ours and op in theirs
+                                  and ours[op]["ms"] and theirs[op]["ms"]}
     return out

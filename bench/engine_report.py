@@ -24,7 +24,10 @@ def markdown(report: dict[str, Any]) -> str:
              f"({', '.join(m.get('simd', []))}), {m.get('mem_total_gib', '?')} GiB; load "
              f"average {meta['loadavg_start'][0]:.2f} at start, {meta['loadavg_end'][0]:.2f} at "
              f"end. Medians of {meta['runs']} runs, engines alternating per measurement; "
-             f"context {meta['ctx']}, prefill batch {meta['batch']}.", ""]
+             f"context {meta['ctx']}, prefill batch {meta['batch']}."
+             + (" **Both engines pinned to the AVX2 code path** (edgevlm "
+                "EDGEVLM_MAX_CPU_ISA=avx2, llama-bench built with AVX2/FMA/F16C only)."
+                if meta.get("isa") == "avx2" else ""), ""]
     head = "| type | measurement |" + "".join(f" {o} |" for o in ours)
     rule = "|---|---|" + "---|" * len(ours)
     for p in peers:

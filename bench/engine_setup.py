@@ -45,6 +45,14 @@ def ensure_llama_venv() -> str:
     return str(py)
 
 
+def ensure_tools(targets: list[str], variant: str) -> str:
+    """llama.cpp's own tools (``llama-bench``, ...) built by ``tools/llamacpp_tools.py``."""
+    sys.path.insert(0, str(REPO / "tools"))
+    from llamacpp_tools import ensure_tools as build  # type: ignore[import-not-found]
+
+    return str(build(targets, variant))
+
+
 def ensure_checkpoint(python: str) -> Path:
     sys.path.insert(0, str(REPO / "tools"))
     from make_2b_model import default_dir, is_complete  # type: ignore[import-not-found]

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """The engine bench's worker process: loads one engine on one model and answers requests.
 
-    python bench/engine_workers.py --worker edgevlm|edgevlm-fast|llamacpp|transformers \
+    python bench/engine_workers.py --worker edgevlm|edgevlm-fast|llamacpp|llama-bench|transformers \
         --gguf-dir DIR
-        --threads N --ctx N --batch N
+        --threads N --ctx N --batch N [--llama-bin DIR]
 
 Started by :class:`engine_driver.WorkerProc` (edgevlm and transformers with the project's
 python, llama.cpp with the bench venv's). It answers one JSON request per line on stdin with
@@ -33,6 +33,7 @@ from engine_common import (
     rss_kib,
     ttft_image_jpeg,
 )
+from engine_llama_bench import LlamaBenchWorker
 
 
 class _Worker:
@@ -467,7 +468,7 @@ class _TransformersWorker(_Worker):
 
 
 WORKERS = {"edgevlm": _EdgevlmWorker, "edgevlm-fast": _EdgevlmWorker, "llamacpp": _LlamaWorker,
-           "transformers": _TransformersWorker}
+           "llama-bench": LlamaBenchWorker, "transformers": _TransformersWorker}
 
 
 def worker_main(args: argparse.Namespace) -> int:
@@ -477,7 +478,8 @@ def worker_main(args: argparse.Namespace) -> int:
     sys.stdout = sys.stderr
     try:
         worker: _Worker = WORKERS[args.worker](args)
-        hello = {"ok": True, **worker.info(), "mem_after_load": rss_kib()}  # type: ignore[attr-defined]
+        # a worker whose engine runs in child processes (llama-bench) reports their memory
+        hello = {"ok": True, "mem_after_load": rss_kib(), **worker.info()}  # type: ignore[attr-defined]
     except Exception as exc:  # reported to the parent, which decides
         proto.write(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}) + "\n")
         return 1
@@ -502,6 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, required=True)
     ap.add_argument("--ctx", type=int, required=True)
     ap.add_argument("--batch", type=int, required=True)
+    ap.add_argument("--llama-bin", default="", help="llama.cpp's tools (the llama-bench worker)")
     return worker_main(ap.parse_args(argv))
 
 
