@@ -145,6 +145,38 @@ def test_q4_k_m_answers_the_held_out_scenes_within_2_points_of_f32(
     assert q4_k_m["accuracy"] >= f32["accuracy"] - 0.02
 
 
+# --vision-type K types (issue 26): the demo's vision tower is 128 wide with a 512-wide MLP, so
+# attn_qkv, attn_out and ffn_up (rows of 128) fall back as llama-quantize does, while ffn_down,
+# the merger and the DeepStack mergers (rows of 512) keep real K blocks.
+VISION_K_TYPES = {"q4_k": ("Q4_K", "Q5_0"), "q6_k": ("Q6_K", "Q8_0")}
+
+
+@pytest.mark.parametrize("vision_type", sorted(VISION_K_TYPES))
+def test_vision_k_type_mmproj_answers_the_held_out_scenes_within_2_points_of_f32(
+        held_out: list[Item], f32_answers: list[Answer], vision_type: str,
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The ViT runs K-type matrices: a Q8_0 model with a Q4_K (Q6_K) mmproj, whose 512-wide
+    matrices are really stored in that K type, answers as well as F32 to within 2 points."""
+    pytest.importorskip("gguf")
+    from edgevlm.convert.cli import main as convert_main
+    from tests.gguf_read import read_gguf
+
+    assert convert_main([str(HF_DIR), "-o", str(tmp_path), "--type", "q8_0",
+                         "--vision-type", vision_type, "--quiet"]) == 0
+    k_type, fallback = VISION_K_TYPES[vision_type]
+    mmproj = read_gguf(tmp_path / "mmproj.gguf").tensors
+    kinds = {name: t.tensor_type.name for name, t in mmproj.items()}
+    assert kinds["v.blk.0.ffn_down.weight"] == kinds["mm.0.weight"] == k_type
+    assert kinds["v.blk.0.attn_qkv.weight"] == kinds["v.blk.0.ffn_up.weight"] == fallback
+    assert kinds["v.patch_embd.weight"] == kinds["v.position_embd.weight"] == "F32"
+    f32 = score(held_out, f32_answers)
+    got = score(held_out, engine_answers(tmp_path, held_out))
+    _report(capsys, f"edgevlm Q8_0 + {k_type} mmproj ({sorted(set(kinds.values()))}), greedy, "
+                    f"{HELD_OUT} held-out scenes: {got['accuracy']:.1%} exactly right "
+                    f"(F32 {f32['accuracy']:.1%}); per task {got['per_task']}")
+    assert got["accuracy"] >= f32["accuracy"] - 0.02
+
+
 def test_committed_gguf_is_the_f32_conversion_of_the_committed_checkpoint(
         tmp_path: Path) -> None:
     pytest.importorskip("gguf")

@@ -71,6 +71,36 @@ def test_vision_type_defaults_to_f32_with_type_f32(base: Path, tmp_path: Path,
     assert code == 0 and json.loads(out)["vision_type"] == "f32"
 
 
+# The base checkpoint's vision tower: attn_qkv, attn_out and ffn_up rows hold 64 values (the
+# hidden size), ffn_down rows 80 (the MLP), mm.0 / mm.2 and the DeepStack fc1 / fc2 rows 256
+# (4 merged patches of 64).
+@pytest.mark.parametrize(("vision_type", "k_type", "fallback", "file_type"),
+                         [("q4_k", "Q4_K", "Q5_0", 15), ("q6_k", "Q6_K", "Q8_0", 18)])
+def test_vision_k_type_keeps_256_wide_rows_and_falls_back_per_tensor_as_llama_cpp(
+        base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], vision_type: str,
+        k_type: str, fallback: str, file_type: int) -> None:
+    from tests.gguf_read import read_gguf
+
+    code, out, err = run([str(base), "-o", str(tmp_path), "--type", "q8_0", "--vision-type",
+                          vision_type, "--json", "-q"], capsys)
+    assert code == 0, err
+    summary = json.loads(out)
+    mmproj = read_gguf(tmp_path / "mmproj.gguf")
+    got = {name: t.tensor_type.name for name, t in mmproj.tensors.items()}
+    wanted = dict.fromkeys(got, "F32")   # 1-d tensors, patch and position embeddings
+    for n in range(3):
+        wanted |= {f"v.blk.{n}.{m}.weight": fallback for m in ("attn_qkv", "attn_out", "ffn_up")}
+        wanted[f"v.blk.{n}.ffn_down.weight"] = "F16"   # 80: not a multiple of 32 either
+    wanted |= {f"v.deepstack.{layer}.{fc}.weight": k_type for layer in (0, 1)
+               for fc in ("fc1", "fc2")}
+    wanted |= {"mm.0.weight": k_type, "mm.2.weight": k_type}
+    assert got == wanted
+    assert summary["vision_type"] == vision_type
+    assert {n: f for n, f in summary["fallbacks"].items() if n.startswith("v.")} == {
+        n: f"{k_type}->{t}" for n, t in wanted.items() if t not in ("F32", k_type)}
+    assert mmproj.fields["general.file_type"][0] == file_type
+
+
 def test_subcommand_wiring_is_one_call(base: Path, tmp_path: Path) -> None:
     parser = argparse.ArgumentParser(prog="edgevlm")
     add_convert_parser(parser.add_subparsers(dest="command"))

@@ -36,7 +36,17 @@ TEXT_TYPE_HELP = {
     "iq4_xs": "llama.cpp's IQ4_XS mix: IQ4_XS, Q5_K for the first ffn_down (and attn_v at GQA>=4)",
 }
 TEXT_TYPES = tuple(TEXT_TYPE_HELP)
-VISION_TYPES = ("f32", "f16", "bf16", "q8_0")
+# One line per --vision-type (every vision matrix in one type; the K types' fallback: 256-wide
+# blocks, as llama.cpp's tensor_type_fallback).
+VISION_TYPE_HELP = {
+    "f32": "every vision matrix float32 (the default with --type f32)",
+    "f16": "every vision matrix float16 (the default)",
+    "bf16": "every vision matrix bfloat16",
+    "q8_0": "every vision matrix Q8_0 (8.5 bits a weight)",
+    "q4_k": "every vision matrix Q4_K (4.5 bits a weight); rows not a multiple of 256 -> Q5_0",
+    "q6_k": "every vision matrix Q6_K (6.56 bits a weight); rows not a multiple of 256 -> Q8_0",
+}
+VISION_TYPES = tuple(VISION_TYPE_HELP)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -80,9 +90,10 @@ def _configure(parser: argparse.ArgumentParser) -> None:
                         metavar="TYPE",
                         help="storage type of the text model's matrices, or a llama.cpp "
                              "K-quant mix: one of the text types listed below (default f16)")
-    parser.add_argument("--vision-type", default=None, choices=VISION_TYPES,
-                        help="storage type of the vision tower's matrices (default f16, also "
-                             "with the K-quant mixes; f32 with --type f32)")
+    parser.add_argument("--vision-type", default=None, choices=VISION_TYPES, metavar="VTYPE",
+                        help="storage type of the vision tower's matrices: one of the vision "
+                             "types listed below (default f16, also with the K-quant mixes; "
+                             "f32 with --type f32)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     parser.set_defaults(convert_usage=parser.format_usage())
@@ -90,9 +101,12 @@ def _configure(parser: argparse.ArgumentParser) -> None:
 
 def _types_epilog() -> str:
     width = max(map(len, TEXT_TYPES))
-    lines = [f"  {name:<{width}}  {text}" for name, text in TEXT_TYPE_HELP.items()]
-    return ("text types (--type):\n" + "\n".join(lines) + "\n\nMatrices whose rows do not "
-            "divide into a type's blocks fall back (docs/convert.md).")
+    text = [f"  {name:<{width}}  {line}" for name, line in TEXT_TYPE_HELP.items()]
+    vision = [f"  {name:<{width}}  {line}" for name, line in VISION_TYPE_HELP.items()]
+    return ("text types (--type):\n" + "\n".join(text) + "\n\nvision types (--vision-type):\n"
+            + "\n".join(vision) + "\n\nMatrices whose rows do not divide into a type's blocks "
+            "fall back as in llama.cpp (Q4_K -> Q5_0,\nQ6_K -> Q8_0, ...), then to F16 when "
+            "not a multiple of 32 either (docs/convert.md).")
 
 
 def cmd_convert(args: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ from .quant_mix import MIXES, TextShape
 from .safetensors_mmap import SafetensorsCheckpoint
 from .tensor_plan import (
     TYPE_BY_NAME,
+    VISION_TYPE_BY_NAME,
     PlannedTensor,
     QType,
     TypeChoice,
@@ -30,6 +31,7 @@ from .tensor_plan import (
     expected_vision,
     file_type,
     unexpected_tensors,
+    vision_file_type,
 )
 from .vocab import load_vocab
 
@@ -38,7 +40,7 @@ logger = logging.getLogger(__name__)
 TEXT_FILE = "model.gguf"
 VISION_FILE = "mmproj.gguf"
 TEXT_TYPES = (*TYPE_BY_NAME, *MIXES)   # uniform types, then llama.cpp's K-quant / IQ4 mixes
-VISION_TYPES = tuple(t for t in TYPE_BY_NAME if t != "q4_0")
+VISION_TYPES = tuple(VISION_TYPE_BY_NAME)   # uniform: f32 ... q8_0, then q4_k, q6_k
 
 
 @dataclass(frozen=True)
@@ -141,7 +143,7 @@ def convert_checkpoint(hf_dir: str | os.PathLike[str], out_dir: str | os.PathLik
         shape = TextShape(cfg.text.n_layers, cfg.text.n_heads // cfg.text.n_kv_heads,
                           cfg.tie_word_embeddings)
         text_plan = build_plan(expected_text(cfg), tensors, TypeChoice.named(text_type, shape))
-        vision_plan = build_plan(expected_vision(cfg), tensors, TypeChoice.named(vision_type))
+        vision_plan = build_plan(expected_vision(cfg), tensors, TypeChoice.vision(vision_type))
         used = {pt.source for pt in [*text_plan, *vision_plan]}
         extra = unexpected_tensors(tensors, used)
         if extra:
@@ -156,7 +158,7 @@ def convert_checkpoint(hf_dir: str | os.PathLike[str], out_dir: str | os.PathLik
         state = StreamState(total=len(text_plan) + len(vision_plan), callback=progress)
         text_kv = text_writer(name, file_type(text_type), _n_params(text_plan), cfg, vocab,
                               gen)
-        vision_kv = vision_writer(name, file_type(vision_type), _n_params(vision_plan), cfg,
+        vision_kv = vision_writer(name, vision_file_type(vision_type), _n_params(vision_plan), cfg,
                                   proc, gen)
         try:
             written = (write_gguf(parts[0], text_kv, text_plan, tensors, ckpt, state),

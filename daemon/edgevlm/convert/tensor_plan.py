@@ -9,7 +9,8 @@ records them reversed. Type rules (llama.cpp's ``prepare_tensors``):
   vision type is F16, else F32;
 * every other matrix: the chosen type, or for a K-quant / IQ4 ``--type`` (``q4_k_m``, ...)
   the type llama.cpp's mix gives that tensor (``quant_mix``); a matrix whose rows do not divide
-  into the type's blocks falls back (``quant_mix.fit_rows``: Q8_0/Q4_0 → F16, as before).
+  into the type's blocks falls back (``quant_mix.fit_rows``: Q8_0/Q4_0 → F16, as before; the
+  vision tower's Q4_K → Q5_0 and Q6_K → Q8_0, as llama.cpp's ``tensor_type_fallback``).
 """
 
 from __future__ import annotations
@@ -30,15 +31,31 @@ TYPE_BY_NAME: dict[str, QType] = {
     "f32": QType.F32, "f16": QType.F16, "bf16": QType.BF16, "q8_0": QType.Q8_0,
     "q4_0": QType.Q4_0,
 }
+# --vision-type values: every matrix of mmproj.gguf in one type (no mix for the vision tower;
+# never Q4_0). Q4_K and Q6_K as in the mmproj files users download; their rows must divide into
+# 256-value blocks, the others fall back (fit_rows).
+VISION_TYPE_BY_NAME: dict[str, QType] = {
+    "f32": QType.F32, "f16": QType.F16, "bf16": QType.BF16, "q8_0": QType.Q8_0,
+    "q4_k": QType.Q4_K, "q6_k": QType.Q6_K,
+}
 # general.file_type (llama.cpp LlamaFileType) of a file whose matrices are mostly this type.
+# Q4_K has no plain id (only Q4_K_S 14, Q4_K_M 15): a uniform Q4_K file is MOSTLY_Q4_K_M, what
+# `llama-quantize --pure ... Q4_K_M` writes over all-Q4_K matrices and the q4_k_m text model's id.
+# Q6_K: MOSTLY_Q6_K (18), as the q6_k text type.
 FILE_TYPE: dict[QType, int] = {QType.F32: 0, QType.F16: 1, QType.Q4_0: 2, QType.Q8_0: 7,
-                               QType.BF16: 32}
+                               QType.Q4_K: 15, QType.Q6_K: 18, QType.BF16: 32}
 
 
 def file_type(type_name: str) -> int:
     """general.file_type of ``--type type_name`` (a uniform type or a mix)."""
     mix = MIXES.get(type_name)
     return mix.file_type if mix is not None else FILE_TYPE[TYPE_BY_NAME[type_name]]
+
+
+def vision_file_type(type_name: str) -> int:
+    """general.file_type of ``--vision-type type_name``: its type's, as for the uniform
+    ``--type`` values (Q8_0 → 7, Q4_K → 15, Q6_K → 18)."""
+    return FILE_TYPE[VISION_TYPE_BY_NAME[type_name]]
 
 
 @dataclass(frozen=True)
@@ -49,6 +66,11 @@ class TypeChoice:
     uniform: QType
     mix: QuantMix | None = None
     shape: TextShape | None = None
+
+    @classmethod
+    def vision(cls, type_name: str) -> TypeChoice:
+        """``--vision-type type_name``: every vision matrix in that type."""
+        return cls(VISION_TYPE_BY_NAME[type_name])
 
     @classmethod
     def named(cls, type_name: str, shape: TextShape | None = None) -> TypeChoice:
