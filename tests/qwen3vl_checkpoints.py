@@ -40,7 +40,9 @@ def tiny_config(tok: Tokenizer, *, tied: bool = True, vocab_rows: int | None = N
                 text: dict[str, Any] | None = None, vision: dict[str, Any] | None = None) -> Any:
     """A Qwen3VLConfig: text 64 wide, 2 layers, 4/2 heads, head_dim 16, MRoPE [4, 2, 2];
     vision 64 wide, depth 3, 4 heads, DeepStack [0, 1], 16×16 position grid. Both MLPs are 80
-    wide (not a multiple of 32: the down projections exercise the Q8_0/Q4_0 → F16 fallback)."""
+    wide (not a multiple of 32: the down projections exercise the Q8_0/Q4_0 → F16 fallback).
+    ``text`` / ``vision`` replace any of these keys (e.g. ``text={"hidden_size": 256}``; the
+    vision ``out_hidden_size`` follows the text ``hidden_size``)."""
     from transformers import Qwen3VLConfig
 
     ids = {c: tok.token_to_id(c) for c, _ in ADDED_TOKENS}
@@ -52,11 +54,11 @@ def tiny_config(tok: Tokenizer, *, tied: bool = True, vocab_rows: int | None = N
                                         "mrope_section": [4, 2, 2],
                                         "mrope_interleaved": True},
                        bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
-                       tie_word_embeddings=tied, **(text or {}))
+                       tie_word_embeddings=tied) | (text or {})
     vision_config = dict(depth=3, hidden_size=64, intermediate_size=80, num_heads=4,
                          out_hidden_size=text_config["hidden_size"], num_position_embeddings=256,
                          deepstack_visual_indexes=[0, 1], patch_size=16, temporal_patch_size=2,
-                         spatial_merge_size=2, **(vision or {}))
+                         spatial_merge_size=2) | (vision or {})
     return Qwen3VLConfig(text_config=text_config, vision_config=vision_config,
                          tie_word_embeddings=tied, image_token_id=ids["<|image_pad|>"],
                          video_token_id=ids["<|video_pad|>"],
