@@ -6,6 +6,8 @@ without an importance matrix."""
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -19,6 +21,7 @@ QType = GGMLQuantizationType
 # the types edgevlm_quantize_rows writes for the converter (gguf.quants does the others)
 NATIVE_TYPES = frozenset({QType.Q2_K, QType.Q3_K, QType.Q4_K, QType.Q5_K, QType.Q6_K,
                           QType.IQ4_NL, QType.IQ4_XS})
+_MIN_VALUES_PER_THREAD = 1 << 18
 
 
 def _core() -> tuple[Any, Any]:
@@ -38,11 +41,27 @@ def quantize_rows(values: npt.NDArray[np.float32], qtype: QType) -> npt.NDArray[
     n_rows, width = src.shape
     block, size = GGML_QUANT_SIZES[qtype]
     out = np.empty((n_rows, width // block * size), dtype=np.uint8)
-    got = lib.edgevlm_quantize_rows(int(qtype), ffi.cast("const float *", src.ctypes.data),
-                                    ffi.cast("void *", out.ctypes.data), n_rows, width)
-    if got == -lib.EDGEVLM_ERR_INVALID_INPUT:
-        raise ConvertInputError(f"a NaN or infinite weight cannot be quantised to {qtype.name}")
-    if got != out.nbytes:
-        raise ConvertError(f"internal error: quantising {n_rows}x{width} values to "
-                           f"{qtype.name} returned {got}, expected {out.nbytes} bytes")
+
+    def rows(start: int, stop: int) -> int:
+        n = stop - start
+        got: int = lib.edgevlm_quantize_rows(
+            int(qtype), ffi.cast("const float *", src[start:stop].ctypes.data),
+            ffi.cast("void *", out[start:stop].ctypes.data), n, width)
+        if got == -lib.EDGEVLM_ERR_INVALID_INPUT:
+            raise ConvertInputError(f"a NaN or infinite weight cannot be quantised to "
+                                    f"{qtype.name}")
+        if got != n * out.shape[1]:
+            raise ConvertError(f"internal error: quantising {n}x{width} values to "
+                               f"{qtype.name} returned {got}, expected {n * out.shape[1]} bytes")
+        return got
+
+    # rows are independent: one chunk per core (the C call releases the GIL), as
+    # llama-quantize's threads do; small tensors in one call
+    chunks = min(os.cpu_count() or 1, max(1, src.size // _MIN_VALUES_PER_THREAD))
+    bounds = [n_rows * i // chunks for i in range(chunks + 1)]
+    if chunks == 1:
+        rows(0, n_rows)
+    else:
+        with ThreadPoolExecutor(chunks) as pool:
+            list(pool.map(rows, bounds[:-1], bounds[1:]))
     return out
