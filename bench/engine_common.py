@@ -48,13 +48,24 @@ def log(msg: str) -> None:
 
 
 def rss_kib() -> dict[str, int]:
-    """This process's resident memory (KiB): total, peak, anonymous and file-backed."""
+    """This process's resident memory (KiB): total, peak, anonymous and file-backed, and
+    ``RssMmproj``, the resident pages of a mapped ``mmproj.gguf`` (the vision file, which
+    llama-bench does not load: subtracted to compare the text model's memory alone)."""
     out: dict[str, int] = {}
     with open("/proc/self/status") as fh:
         for line in fh:
             key, _, value = line.partition(":")
             if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
                 out[key] = int(value.split()[0])
+    out["RssMmproj"] = 0
+    in_mmproj = False
+    with open("/proc/self/smaps") as fh:
+        for line in fh:
+            head = line.split(maxsplit=5)
+            if head and "-" in head[0] and not head[0].endswith(":"):   # a mapping's header
+                in_mmproj = len(head) == 6 and head[5].rstrip().endswith("mmproj.gguf")
+            elif in_mmproj and line.startswith("Rss:"):
+                out["RssMmproj"] += int(line.split()[1])
     return out
 
 

@@ -179,7 +179,10 @@ def run_type(qtype: str, gguf: Path, checkpoint: Path, args: argparse.Namespace,
                 "version": hello["version"], "build": hello["build"],
                 "settings": hello["settings"], "load_ms": hello["load_ms"],
                 "rss_after_load_mib": hello["mem_after_load"]["VmRSS"] / 1024,
-                "peak_rss_mib": mem["VmHWM"] / 1024, "ops": ops}
+                "peak_rss_mib": mem["VmHWM"] / 1024, "ops": ops,
+                # the vision file's resident pages (edgevlm maps the pair; llama-bench loads
+                # the text model only)
+                "mmproj_rss_mib": mem.get("RssMmproj", 0) / 1024}
     finally:
         for w in workers.values():
             w.close()

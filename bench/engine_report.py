@@ -53,10 +53,15 @@ def markdown(report: dict[str, Any]) -> str:
                     row += f" {rs} |"
             lines.append(row)
 
-        def mem(x: dict[str, Any]) -> str:
+        def mem(x: dict[str, Any], vs_bench: bool = "llama-bench" in eng) -> str:
             if "peak_rss_mib" not in x:
                 return "—"
-            return f"{x['rss_after_load_mib']:.0f} / {x['peak_rss_mib']:.0f}"
+            text = ""
+            if x.get("mmproj_rss_mib") and vs_bench:   # the files llama-bench loads
+                v = x["mmproj_rss_mib"]
+                text = (f" (text model: {x['rss_after_load_mib'] - v:.0f} / "
+                        f"{x['peak_rss_mib'] - v:.0f})")
+            return f"{x['rss_after_load_mib']:.0f} / {x['peak_rss_mib']:.0f}{text}"
 
         row = f"| {t['type']} | RSS after load / peak (MiB) |" + "".join(
             f" {mem(eng.get(o, {}))} |" for o in ours)
