@@ -37,7 +37,8 @@ from tests.helpers import image_bytes
 from tests.qwen3vl_checkpoints import write_checkpoint, write_safetensors
 from tests.qwen_tokenizers import QWEN_EMBEDDING_ROWS, qwen_reference_tokenizer
 
-pytestmark = [pytest.mark.reference, pytest.mark.interop]
+# opt-in (pyproject.toml deselects llamacpp_build): pytest -m llamacpp_build
+pytestmark = [pytest.mark.reference, pytest.mark.interop, pytest.mark.llamacpp_build]
 
 ROOT = Path(__file__).resolve().parents[2]
 TYPES = tuple(MIXES)   # q4_k_m q5_k_m q6_k q3_k_m iq4_xs: llama-quantize's names, lower case
