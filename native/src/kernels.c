@@ -3,7 +3,8 @@
  *
  * ev_matmul: Y[n_tok][n_out] = X[n_tok][n_in] . W[n_out][n_in]^T (+ bias).
  *  1. For quantised weights and fewer than EV_MATMUL_FLOAT_MIN_TOK tokens (or
- *     EV_MATMUL_INT_MIN_TOK where the set has integer products) the activations are
+ *     EV_MATMUL_INT_MIN_TOK, Q4_K/Q5_K: EV_MATMUL_INT_MIN_TOK_K, where the set has integer
+ *     products) the activations are
  *     quantised once, into scratch (tokens split across the pool when there are several), to
  *     the weight type's vec_dot_type (types.h): Q8_0 blocks with their scales also as float32
  *     (Q8_0/Q4_0/IQ4_NL), or Q8_K super-blocks (the K-quants, IQ4_XS). From that many tokens
@@ -139,19 +140,23 @@ static size_t quant_bytes(int64_t n_in, int64_t n_tok, int wide) {
     return align64((size_t)blocks * qs) + 2 * align64((size_t)blocks * 4);
 }
 
-/* Weight types a kernel set may multiply on integer activations from EV_MATMUL_INT_MIN_TOK
- * tokens on: those whose vec_dot_type is Q8_0 (gemm_q8x, gemm_q16x), and the K-quants of
- * 32-element sub-blocks with a min (gemm_q16x). Their scratch holds the activations too. */
-static int has_int_products(const ev_type_traits *t) {
-    return t->vec_dot_type == EV_TYPE_Q8_0 || t->type == EV_TYPE_Q4_K || t->type == EV_TYPE_Q5_K;
+/* From how many tokens on a kernel set may multiply weights of type t on integer
+ * activations (0: never): those whose vec_dot_type is Q8_0 (gemm_q8x, gemm_q16x) from
+ * EV_MATMUL_INT_MIN_TOK, the K-quants of 32-element sub-blocks with a min (gemm_q16x) from
+ * EV_MATMUL_INT_MIN_TOK_K. Their scratch holds the activations too. */
+static int64_t int_min_tok(const ev_type_traits *t) {
+    if (t->vec_dot_type == EV_TYPE_Q8_0) return EV_MATMUL_INT_MIN_TOK;
+    if (t->type == EV_TYPE_Q4_K || t->type == EV_TYPE_Q5_K) return EV_MATMUL_INT_MIN_TOK_K;
+    return 0;
 }
 
 size_t ev_matmul_scratch_bytes(int32_t wtype, int64_t n_in, int64_t n_tok, int n_threads) {
     const ev_type_traits *t = ev_type_get(wtype);
     if (!t || n_in < 0 || n_tok < 0 || n_threads < 1 || n_in % t->block_size != 0) return SIZE_MAX;
     /* the packing buffers of the many-token path (integer products: from fewer tokens) */
-    const int q8_0_act = t->vec_dot_type == EV_TYPE_Q8_0, int_act = has_int_products(t);
-    if (n_tok >= EV_MATMUL_FLOAT_MIN_TOK || (int_act && n_tok >= EV_MATMUL_INT_MIN_TOK)) {
+    const int64_t int_from = int_min_tok(t);
+    const int int_act = int_from > 0;
+    if (n_tok >= EV_MATMUL_FLOAT_MIN_TOK || (int_act && n_tok >= int_from)) {
         const size_t pack = sizeof(float) * (size_t)EV_GEMM_PACK_FLOATS;
         if ((size_t)n_threads > SIZE_MAX / pack) return SIZE_MAX;
         size_t many = pack * (size_t)n_threads;
@@ -161,7 +166,7 @@ size_t ev_matmul_scratch_bytes(int32_t wtype, int64_t n_in, int64_t n_tok, int n
         return many + quant;   /* covers the Q8_0 activations of sets without them, too */
     }
     if (t->vec_dot_type == EV_TYPE_Q8_K) return q8_K_bytes(n_in, n_tok);
-    if (!q8_0_act) return 0;
+    if (t->vec_dot_type != EV_TYPE_Q8_0) return 0;
     return quant_bytes(n_in, n_tok, 0);
 }
 
@@ -240,13 +245,14 @@ int ev_matmul(ev_pool *pool, const ev_kernels *k, int32_t wtype, const void *w,
     j.a.w_type = wtype;
     const int64_t macs = n_out * n_in * n_tok;
     ev_pool *p = macs < SMALL_MATMUL_MACS ? NULL : pool;
-    /* integer products only for the types the scratch has room for (has_int_products);
+    /* integer products only for the types the scratch has room for (int_min_tok);
      * gemm_q8x takes Q8_0 activations: only for the Q8_0-dot types */
     const int q8_0_act = t->vec_dot_type == EV_TYPE_Q8_0;
+    const int64_t int_from = int_min_tok(t);
     if (q8_0_act && k->gemm_q8x[wtype]) j.int_gemm = k->gemm_q8x[wtype];
-    else if (has_int_products(t) && k->gemm_q16x[wtype] && k->quantize_i16)
+    else if (int_from > 0 && k->gemm_q16x[wtype] && k->quantize_i16)
         j.int_gemm = k->gemm_q16x[wtype];
-    j.many = n_tok >= EV_MATMUL_FLOAT_MIN_TOK || (j.int_gemm && n_tok >= EV_MATMUL_INT_MIN_TOK);
+    j.many = n_tok >= EV_MATMUL_FLOAT_MIN_TOK || (j.int_gemm && n_tok >= int_from);
     if (!j.many) j.int_gemm = NULL;
     if (j.int_gemm) {
         const quant_kind kind = q8_0_act && k->gemm_q8x[wtype] ? QUANT_Q8_0_SUMS

@@ -289,7 +289,9 @@ static int check_matmul(ev_pool *pool, const ev_kernels *k, int32_t type, int64_
     int bad = 0;
     /* decode-sized products with quantised weights quantise the activations to the type's
      * vec_dot_type (Q8_0, Q8_K), and so do many-token ones in a kernel set with gemm_q8x */
-    const int quantized = act->type != EV_TYPE_F32, int_path = n_tok >= EV_MATMUL_INT_MIN_TOK;
+    const int quantized = act->type != EV_TYPE_F32;
+    const int int_path = n_tok >= (act->type == EV_TYPE_Q8_0 ? EV_MATMUL_INT_MIN_TOK
+                                                            : EV_MATMUL_INT_MIN_TOK_K);
     const int q8x = quantized && int_path && k->gemm_q8x[type] != NULL;
     const int q16x = quantized && int_path && !q8x && k->gemm_q16x[type] != NULL;
     const int quant = quantized && (q8x || (!q16x && n_tok < EV_MATMUL_FLOAT_MIN_TOK));
@@ -367,8 +369,8 @@ static void test_matmul_against_double_reference(void) {
                         if (shapes[hi].n_in * shapes[hi].n_out * n_tok > 4000000 && si == 0)
                             continue;   /* the scalar set is slow; big shapes run once below */
                         if (!swept_in_full(type_at(ti)) && !(ki == 0 || ki == 3) &&
-                            !(ki == 2 && sets[si]->gemm_q16x[type_at(ti)]))
-                            continue;   /* 1 and 17 tokens: the decode dot, the panels; 5
+                            !(ki == 4 && sets[si]->gemm_q16x[type_at(ti)]))
+                            continue;   /* 1 and 17 tokens: the decode dot, the panels; 64
                                            where the set has integer products (Q4_K) */
                         int bias = (int)((hi + ki) & 1);
                         int bad = check_matmul(pools[pi], sets[si], type_at(ti), shapes[hi].n_out,
@@ -486,12 +488,14 @@ static void test_matmul_sets_agree_and_null_pool(void) {
     /* Q8_K-dot types: decode-sized products hold n_tok rows of n_in/256 Q8_K blocks; Q6_K
      * has no integer products, so no packs below EV_MATMUL_FLOAT_MIN_TOK and no activations
      * beside them; Q4_K/Q5_K may (gemm_q16x): packs + int16 blocks, scales and sums from
-     * EV_MATMUL_INT_MIN_TOK tokens on */
-    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q4_K, 4096, 3, 2) >= 16 * 3 * 292 &&
-          ev_matmul_scratch_bytes(EV_TYPE_Q4_K, 4096, 3, 2) < pack);
+     * EV_MATMUL_INT_MIN_TOK_K tokens on */
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q4_K, 4096, EV_MATMUL_INT_MIN_TOK_K - 1, 2) >=
+              16 * (EV_MATMUL_INT_MIN_TOK_K - 1) * 292 &&
+          ev_matmul_scratch_bytes(EV_TYPE_Q4_K, 4096, EV_MATMUL_INT_MIN_TOK_K - 1, 2) < pack);
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q6_K, 4096, 15, 2) >= 16 * 15 * 292 &&
           ev_matmul_scratch_bytes(EV_TYPE_Q6_K, 4096, 15, 2) < pack);
-    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q4_K, 4096, 4, 2) >= 2 * pack + 128 * 4 * 72);
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q4_K, 4096, EV_MATMUL_INT_MIN_TOK_K, 2) >=
+          2 * pack + 128 * EV_MATMUL_INT_MIN_TOK_K * 72);
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q5_K, 4096, 512, 2) >= 2 * pack + 128 * 512 * 72);
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q6_K, 4096, 16, 2) == 2 * pack);
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q4_K, 4000, 1, 1) == SIZE_MAX);   /* not whole blocks */

@@ -3,7 +3,7 @@
  * and infinite inputs), the vec_dot kernels on random and extreme blocks of 1..8 super-blocks,
  * the panel dequantisers of gemm_dq bit for bit against to_float, ev_matmul at 1, 3, 15
  * (Q8_K activations) and 20 tokens (gemm_dq on float activations; sets with gemm_q16x for
- * the type: int16 activations from EV_MATMUL_INT_MIN_TOK tokens on), and gemm_q16x of
+ * the type: int16 activations from EV_MATMUL_INT_MIN_TOK_K tokens on), and gemm_q16x of
  * Q4_K/Q5_K on adversarial blocks against a double-precision reference.
  *
  * The SIMD dots' tolerance: (terms + 32) * 2^-23 * (sum|d-part products| + |dmin-part
@@ -239,7 +239,7 @@ static void round_i16(const float *x, float *xr, int64_t n) {
 /* ev_matmul of each SIMD set against the scalar set's for the Q8_K-dot types: 1, 3, 15
  * tokens (Q8_K activations, vec_dot) and 20 (float activations, gemm_dq with its panels),
  * 37 rows (a partial 16-row panel), 768 columns (3 super-blocks, 3 K chunks), 2 threads.
- * Where a set has gemm_q16x for the type, from EV_MATMUL_INT_MIN_TOK tokens on the
+ * Where a set has gemm_q16x for the type, from EV_MATMUL_INT_MIN_TOK_K tokens on the
  * reference is the scalar set's gemm_dq on the int16-rounded activations. */
 static void test_simd_matmul_matches_scalar(void) {
     const ev_kernels *sets[MAX_SETS];
@@ -282,7 +282,7 @@ static void test_simd_matmul_matches_scalar(void) {
                 int st = ev_matmul(pool, ev_kernels_scalar(), t->type, w, bias, N_OUT, N_IN, x,
                                    nt, y_ref, scratch);
                 st |= ev_matmul(pool, sets[si], t->type, w, bias, N_OUT, N_IN, x, nt, y, scratch);
-                const int q16x = sets[si]->gemm_q16x[t->type] && nt >= EV_MATMUL_INT_MIN_TOK;
+                const int q16x = sets[si]->gemm_q16x[t->type] && nt >= EV_MATMUL_INT_MIN_TOK_K;
                 const float *want = q16x ? y_ref16 : y_ref;
                 int bad = 0;
                 for (int64_t tk = 0; tk < nt; tk++)
@@ -309,7 +309,7 @@ static void test_simd_matmul_matches_scalar(void) {
 
 /* gemm_q16x of Q4_K/Q5_K in every set that has it against a double dot of the dequantised
  * weights and the int16-rounded activations, plus the bias: 53 rows (a full and a partial
- * 48-row panel), 1280 columns (40 blocks: K chunks of 16, 16, 8), 4, 16 and 21 tokens (the
+ * 48-row panel), 1280 columns (40 blocks: K chunks of 16, 16, 8), 8, 16 and 21 tokens (the
  * few-token start of the integer products, EV_MATMUL_FLOAT_MIN_TOK, a 1-token tail tile),
  * 1 and 2 threads. Super-blocks: random bytes, d = 0, dmin = 0, both 0, every byte 0xff
  * (scales and mins 63, q = 15 or 31: the largest int32 sums), 0x00 and 0x0f; activation
@@ -320,7 +320,7 @@ static void test_k_q16x_adversarial_blocks(void) {
     const ev_kernels *sets[MAX_SETS];
     const int n_sets = simd_sets(sets);
     enum { N_OUT = 53, N_IN = 1280, MAX_TOK = 21, NSB = N_IN / 256 };
-    const int64_t toks[] = {EV_MATMUL_INT_MIN_TOK, EV_MATMUL_FLOAT_MIN_TOK, MAX_TOK};
+    const int64_t toks[] = {EV_MATMUL_INT_MIN_TOK_K, EV_MATMUL_FLOAT_MIN_TOK, MAX_TOK};
     const int32_t types[] = {EV_TYPE_Q4_K, EV_TYPE_Q5_K};
     ev_pool *pools[2] = {NULL, ev_pool_new(2)};
     float *x = malloc(sizeof(float) * MAX_TOK * N_IN), *xr = malloc(sizeof(float) * MAX_TOK * N_IN);
