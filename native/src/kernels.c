@@ -3,14 +3,16 @@
  *
  * ev_matmul: Y[n_tok][n_out] = X[n_tok][n_in] . W[n_out][n_in]^T (+ bias).
  *  1. For quantised weights and fewer than EV_MATMUL_FLOAT_MIN_TOK tokens (or
- *     EV_MATMUL_INT_MIN_TOK where the set has integer products) the activations are
+ *     EV_MATMUL_INT_MIN_TOK, Q4_K/Q5_K: EV_MATMUL_INT_MIN_TOK_K, where the set has integer
+ *     products) the activations are
  *     quantised once, into scratch (tokens split across the pool when there are several), to
  *     the weight type's vec_dot_type (types.h): Q8_0 blocks with their scales also as float32
  *     (Q8_0/Q4_0/IQ4_NL), or Q8_K super-blocks (the K-quants, IQ4_XS). From that many tokens
  *     on, every weight type runs the kernel set's gemm_dq on the float32 activations, except
  *     where the set has integer products for Q8_0/Q4_0 weights (gemm_q8x: activations
  *     quantised as for decode, with each block's sum; else gemm_q16x: activations as int16
- *     blocks) or a bf16 product for BF16 weights (gemm_bf16x).
+ *     blocks) or for Q4_K/Q5_K (gemm_q16x, int16 blocks with each block's sum for the mins),
+ *     or a bf16 product for BF16 weights (gemm_bf16x).
  *  2. The pool splits the output rows into one contiguous chunk per thread, in multiples of
  *     16 rows (64 bytes of every output row: no two threads write one cache line when n_out is
  *     a multiple of 16). Each thread streams its weight rows once per token block.
@@ -39,9 +41,11 @@ typedef struct matmul_job {
     ev_block_q8_0 *xq;                   /* [n_tok][n_in/32] */
     ev_block_q8_K *xq_k;                 /* [n_tok][n_in/256] (Q8_K activations) or NULL */
     float *xq_scale;                     /* [n_tok][n_in/32] */
-    int32_t *xq_sum;                     /* [n_tok][n_in/32] (gemm_q8x) or NULL */
+    int32_t *xq_sum;                     /* [n_tok][n_in/32] (gemm_q8x, gemm_q16x of
+                                            Q4_K/Q5_K) or NULL */
     int16_t *xq16;                       /* [n_tok][n_in/32][32] (gemm_q16x) or NULL */
     int many;                            /* the many-token products (gemm_dq, q16x, ...) */
+    ev_gemm_fn int_gemm;                 /* many: k's gemm_q8x or gemm_q16x, or NULL */
 } matmul_job;
 
 static void quantize_tokens(void *ctx, int64_t t0, int64_t t1, int tid) {
@@ -57,6 +61,14 @@ static void quantize_tokens(void *ctx, int64_t t0, int64_t t1, int tid) {
         for (int64_t t = t0; t < t1; t++)
             j->k->quantize_i16(j->x + t * j->a.n_in, j->xq16 + t * nb * EV_QK,
                                j->xq_scale + t * nb, j->a.n_in);
+        if (!j->xq_sum) return;
+        for (int64_t t = t0; t < t1; t++)
+            for (int64_t b = 0; b < nb; b++) {
+                const int16_t *q = j->xq16 + (t * nb + b) * EV_QK;
+                int32_t s = 0;   /* |s| <= 32 x 32767 */
+                for (int i = 0; i < EV_QK; i++) s += q[i];
+                j->xq_sum[t * nb + b] = s;
+            }
         return;
     }
     for (int64_t t = t0; t < t1; t++) {
@@ -93,8 +105,7 @@ static void matmul_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
     if (j->many) {
         ev_gemm_args a = j->a;
         a.pack = j->a.pack + (int64_t)tid * EV_GEMM_PACK_FLOATS;
-        if (j->xq_sum) j->k->gemm_q8x[j->wtype](&a, r0, r1);
-        else if (j->xq16) j->k->gemm_q16x[j->wtype](&a, r0, r1);
+        if (j->int_gemm) j->int_gemm(&a, r0, r1);
         else if (j->k->gemm_bf16x[j->wtype]) j->k->gemm_bf16x[j->wtype](&a, r0, r1);
         else j->gemm_dq(&a, r0, r1);
         return;
@@ -129,23 +140,33 @@ static size_t quant_bytes(int64_t n_in, int64_t n_tok, int wide) {
     return align64((size_t)blocks * qs) + 2 * align64((size_t)blocks * 4);
 }
 
+/* From how many tokens on a kernel set may multiply weights of type t on integer
+ * activations (0: never): those whose vec_dot_type is Q8_0 (gemm_q8x, gemm_q16x) from
+ * EV_MATMUL_INT_MIN_TOK, the K-quants of 32-element sub-blocks with a min (gemm_q16x) from
+ * EV_MATMUL_INT_MIN_TOK_K. Their scratch holds the activations too. */
+static int64_t int_min_tok(const ev_type_traits *t) {
+    if (t->vec_dot_type == EV_TYPE_Q8_0) return EV_MATMUL_INT_MIN_TOK;
+    if (t->type == EV_TYPE_Q4_K || t->type == EV_TYPE_Q5_K) return EV_MATMUL_INT_MIN_TOK_K;
+    return 0;
+}
+
 size_t ev_matmul_scratch_bytes(int32_t wtype, int64_t n_in, int64_t n_tok, int n_threads) {
     const ev_type_traits *t = ev_type_get(wtype);
     if (!t || n_in < 0 || n_tok < 0 || n_threads < 1 || n_in % t->block_size != 0) return SIZE_MAX;
-    /* the packing buffers of the many-token path (integer products, which only Q8_0-shaped
-     * activations have: from fewer tokens) */
-    const int q8_0_act = t->vec_dot_type == EV_TYPE_Q8_0;
-    if (n_tok >= EV_MATMUL_FLOAT_MIN_TOK || (q8_0_act && n_tok >= EV_MATMUL_INT_MIN_TOK)) {
+    /* the packing buffers of the many-token path (integer products: from fewer tokens) */
+    const int64_t int_from = int_min_tok(t);
+    const int int_act = int_from > 0;
+    if (n_tok >= EV_MATMUL_FLOAT_MIN_TOK || (int_act && n_tok >= int_from)) {
         const size_t pack = sizeof(float) * (size_t)EV_GEMM_PACK_FLOATS;
         if ((size_t)n_threads > SIZE_MAX / pack) return SIZE_MAX;
         size_t many = pack * (size_t)n_threads;
-        if (!q8_0_act) return many;
+        if (!int_act) return many;
         size_t quant = quant_bytes(n_in, n_tok, 1);  /* gemm_q16x's / q8x's after the packs */
         if (quant == SIZE_MAX || quant > SIZE_MAX - many) return SIZE_MAX;
         return many + quant;   /* covers the Q8_0 activations of sets without them, too */
     }
     if (t->vec_dot_type == EV_TYPE_Q8_K) return q8_K_bytes(n_in, n_tok);
-    if (!q8_0_act) return 0;
+    if (t->vec_dot_type != EV_TYPE_Q8_0) return 0;
     return quant_bytes(n_in, n_tok, 0);
 }
 
@@ -154,6 +175,7 @@ typedef enum quant_kind {
     QUANT_Q8_0,          /* Q8_0 blocks + float scales (decode-sized products) */
     QUANT_Q8_0_SUMS,     /* + each block's int32 sum (gemm_q8x) */
     QUANT_I16,           /* int16 blocks of 32 + float scales (gemm_q16x) */
+    QUANT_I16_SUMS,      /* + each block's int32 sum (gemm_q16x of Q4_K/Q5_K) */
     QUANT_Q8_K           /* Q8_K super-blocks (decode-sized products of Q8_K-dot weights) */
 } quant_kind;
 
@@ -177,13 +199,15 @@ static void quantize_into(matmul_job *j, ev_pool *p, uint8_t *scratch, quant_kin
         return;
     }
     const int64_t nb = j->a.n_in / EV_QK, n_tok = j->a.n_tok;
-    const size_t qs = kind == QUANT_I16 ? 64 : sizeof(ev_block_q8_0);
+    const int i16 = kind == QUANT_I16 || kind == QUANT_I16_SUMS;
+    const size_t qs = i16 ? 64 : sizeof(ev_block_q8_0);
     const size_t blocks = align64((size_t)(nb * n_tok) * qs);
     const size_t floats = align64((size_t)(nb * n_tok) * 4);
-    j->xq = kind == QUANT_I16 ? NULL : (ev_block_q8_0 *)scratch;
-    j->xq16 = kind == QUANT_I16 ? (int16_t *)scratch : NULL;
+    j->xq = i16 ? NULL : (ev_block_q8_0 *)scratch;
+    j->xq16 = i16 ? (int16_t *)scratch : NULL;
     j->xq_scale = (float *)(scratch + blocks);
-    j->xq_sum = kind == QUANT_Q8_0_SUMS ? (int32_t *)(scratch + blocks + floats) : NULL;
+    j->xq_sum = kind == QUANT_Q8_0_SUMS || kind == QUANT_I16_SUMS
+                    ? (int32_t *)(scratch + blocks + floats) : NULL;
     j->a.x = scratch;
     j->a.x_stride = nb * (int64_t)qs;
     j->a.x_scale = j->xq_scale;
@@ -221,15 +245,23 @@ int ev_matmul(ev_pool *pool, const ev_kernels *k, int32_t wtype, const void *w,
     j.a.w_type = wtype;
     const int64_t macs = n_out * n_in * n_tok;
     ev_pool *p = macs < SMALL_MATMUL_MACS ? NULL : pool;
-    /* integer products take Q8_0-shaped activations: never for the Q8_K-dot types */
-    const int int_products = t->vec_dot_type == EV_TYPE_Q8_0 &&
-                             (k->gemm_q8x[wtype] || (k->gemm_q16x[wtype] && k->quantize_i16));
-    j.many = n_tok >= EV_MATMUL_FLOAT_MIN_TOK || (int_products && n_tok >= EV_MATMUL_INT_MIN_TOK);
-    if (j.many && int_products) {
+    /* integer products only for the types the scratch has room for (int_min_tok);
+     * gemm_q8x takes Q8_0 activations: only for the Q8_0-dot types */
+    const int q8_0_act = t->vec_dot_type == EV_TYPE_Q8_0;
+    const int64_t int_from = int_min_tok(t);
+    if (q8_0_act && k->gemm_q8x[wtype]) j.int_gemm = k->gemm_q8x[wtype];
+    else if (int_from > 0 && k->gemm_q16x[wtype] && k->quantize_i16)
+        j.int_gemm = k->gemm_q16x[wtype];
+    j.many = n_tok >= EV_MATMUL_FLOAT_MIN_TOK || (j.int_gemm && n_tok >= int_from);
+    if (!j.many) j.int_gemm = NULL;
+    if (j.int_gemm) {
+        const quant_kind kind = q8_0_act && k->gemm_q8x[wtype] ? QUANT_Q8_0_SUMS
+                                : q8_0_act                     ? QUANT_I16
+                                                               : QUANT_I16_SUMS;
         j.a.pack = scratch;                    /* threads pack; the activations follow */
         quantize_into(&j, p, (uint8_t *)scratch + sizeof(float) * (size_t)EV_GEMM_PACK_FLOATS *
                                                       (size_t)ev_pool_n_threads(pool),
-                      k->gemm_q8x[wtype] ? QUANT_Q8_0_SUMS : QUANT_I16);
+                      kind);
     } else if (j.many) {
         j.a.x = (const uint8_t *)x;            /* float rows; threads pack from scratch */
         j.a.x_stride = n_in * (int64_t)sizeof(float);

@@ -32,8 +32,9 @@ typedef struct ev_gemm_args {
     int64_t x_stride;      /* bytes per activation row */
     const float *x_scale;  /* [n_tok][n_in/32] the Q8_0 activation scales as float32, or NULL
                               (float activations, and Q8_K ones, whose d is a float already) */
-    const int32_t *x_sum;  /* [n_tok][n_in/32] the sum of each activation block's 32 int8
-                              values (gemm_q8x only), or NULL */
+    const int32_t *x_sum;  /* [n_tok][n_in/32] the exact sum of each activation block's 32
+                              int8 values (gemm_q8x) or int16 ones (gemm_q16x of Q4_K/Q5_K:
+                              the weight of the mins), or NULL */
     const float *bias;     /* [n_out] or NULL */
     float *y;              /* [n_tok][n_out] */
     int64_t n_out, n_in, n_tok;
@@ -110,12 +111,13 @@ typedef struct ev_kernels {
      * every type dequantised exactly, float sums. ev_matmul uses it from
      * EV_MATMUL_FLOAT_MIN_TOK tokens on, in every kernel set (it must not be NULL). */
     ev_gemm_fn gemm_dq[EV_TYPE_MAX + 1];
-    /* Many-token products of Q8_0/Q4_0 weights on integer activations, where the CPU has
-     * integer dot products that outrun float FMAs (AVX-512 VNNI); ev_matmul prefers them to
-     * gemm_dq from EV_MATMUL_FLOAT_MIN_TOK tokens on (pack: this thread's
-     * EV_GEMM_PACK_FLOATS buffer). NULL: gemm_dq.
-     *  gemm_q16x: x = [n_tok][n_in/32][32] int16 from quantize_i16, x_scale their scales;
-     *             within ~1e-5 of gemm_dq (the default sets).
+    /* Many-token products of Q8_0/Q4_0 (gemm_q16x also Q4_K/Q5_K) weights on integer
+     * activations, where the CPU has integer dot products that outrun float FMAs (AVX-512
+     * VNNI); ev_matmul prefers them to gemm_dq from EV_MATMUL_INT_MIN_TOK tokens on (Q4_K/
+     * Q5_K: EV_MATMUL_INT_MIN_TOK_K; pack:
+     * this thread's EV_GEMM_PACK_FLOATS buffer). NULL: gemm_dq.
+     *  gemm_q16x: x = [n_tok][n_in/32][32] int16 from quantize_i16, x_scale their scales
+     *             (Q4_K/Q5_K: and x_sum); within ~1e-5 of gemm_dq (the default sets).
      *  gemm_q8x:  x = Q8_0 blocks with x_scale and x_sum: ggml's arithmetic, the fastest and
      *             least exact (only in the "fast" sets, EDGEVLM_KERNELS_FAST). */
     ev_gemm_fn gemm_q16x[EV_TYPE_MAX + 1];
@@ -132,12 +134,17 @@ typedef struct ev_kernels {
  * below it, decode-sized products of quantised weights run against activations quantised to
  * the weight type's vec_dot_type (Q8_0 or Q8_K: ggml's arithmetic, memory-bound anyway). */
 #define EV_MATMUL_FLOAT_MIN_TOK 16
-/* Sets with integer products (gemm_q16x / gemm_q8x, only ever for weights whose vec_dot_type
- * is Q8_0: their activations are Q8_0-shaped blocks of 32) use them from this
+/* Sets with integer products (gemm_q16x / gemm_q8x for weights whose vec_dot_type is Q8_0,
+ * gemm_q16x for Q4_K/Q5_K: activations in blocks of 32 either way) use them from this
  * many tokens on: the weights are read once either way, and the integer micro-kernel beats
  * the few-token tiles from 4 tokens (a 14-token chat prompt on the 2B Q8_0 model: 443 ms with
  * the tiles, 357 ms for 16 tokens through gemm_q16x, AVX-512 host, 2026-12-01). */
 #define EV_MATMUL_INT_MIN_TOK 4
+/* The same for Q4_K/Q5_K (gemm_q16x), whose few-token products otherwise run the Q8_K tiles:
+ * at 4 tokens those were 10-25 % faster on the 2B's 2048x6144 / 6144x2048 projections, at 6
+ * even, at 8 gemm_q16x 15-20 % faster (AVX-512 host, 1 and 2 threads, 2026-12-02; a shared
+ * machine, so +-10 %). */
+#define EV_MATMUL_INT_MIN_TOK_K 8
 
 const ev_kernels *ev_kernels_scalar(void);
 /* The scalar set's dot products of the K-quants and IQ4 (kernels_scalar_k.c): ggml's generic
@@ -177,7 +184,8 @@ const ev_kernels *ev_kernels_arm_neon_plain(void);  /* NEON without SDOT (tests,
  * Quantised weights: fewer than EV_MATMUL_FLOAT_MIN_TOK tokens run against the activations
  * quantised to the weight type's vec_dot_type (Q8_0 for Q8_0/Q4_0/IQ4_NL, Q8_K for the
  * K-quants and IQ4_XS), more against the float32 activations (see gemm_dq), or, for Q8_0/Q4_0,
- * against int16 / Q8_0 ones where the kernel set has gemm_q16x / gemm_q8x. */
+ * against int16 / Q8_0 ones where the kernel set has gemm_q16x / gemm_q8x (Q4_K/Q5_K: int16,
+ * gemm_q16x; from EV_MATMUL_INT_MIN_TOK_K tokens on). */
 /* Never skips silently: a kernel k lacks for wtype (a hand-made set with NULL entries) runs
  * the scalar set's. Returns 0, or -1 for arguments no set can multiply (a type outside the
  * type table, n_in not whole blocks, a NULL operand, a size <= 0); y (when it and the sizes

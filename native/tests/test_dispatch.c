@@ -255,16 +255,20 @@ static void test_tables_complete(const ev_kernels *sets[], int n_sets) {
             const ev_kernels *k = sets[si];
             CHECK_MSG(k->vec_dot[tr->type] && k->gemm_dq[tr->type],
                       "%s has no vec_dot / gemm_dq for %s", k->name, tr->name);
-            /* no set claims a kernel of the wrong activation format: the integer products
-             * take Q8_0-shaped activations, the bf16 one BF16 weights */
-            CHECK_MSG(tr->vec_dot_type == EV_TYPE_Q8_0 || (!k->gemm_q16x[tr->type] &&
-                                                           !k->gemm_q8x[tr->type]),
-                      "%s has an integer product for %s, whose dots take %s", k->name,
+            /* no set claims a kernel of the wrong activation format: gemm_q8x takes Q8_0
+             * activations, the bf16 one BF16 weights */
+            CHECK_MSG(tr->vec_dot_type == EV_TYPE_Q8_0 || !k->gemm_q8x[tr->type],
+                      "%s has a Q8_0-activation product for %s, whose dots take %s", k->name,
                       tr->name, ev_act_type_get(tr->vec_dot_type)->name);
-            /* and only Q8_0/Q4_0 weights have them: Q4_1/Q5_1 take Q8_0 activations too, but
-             * need the m term (m * the activation block's sum) none of them computes */
+            /* and only the weights whose integer products are tested against the scalar
+             * ones (test_kernels.c, test_kquants_simd.c) have them: Q8_0/Q4_0, and for
+             * gemm_q16x Q4_K/Q5_K (the m term from the int16 activation sums; ev_matmul's
+             * scratch holds those only for these types). Q4_1/Q5_1 take Q8_0 activations
+             * too, but none of them computes their m term. */
             CHECK_MSG(tr->type == EV_TYPE_Q8_0 || tr->type == EV_TYPE_Q4_0 ||
-                      (!k->gemm_q16x[tr->type] && !k->gemm_q8x[tr->type]),
+                      (!k->gemm_q8x[tr->type] &&
+                       (!k->gemm_q16x[tr->type] || tr->type == EV_TYPE_Q4_K ||
+                        tr->type == EV_TYPE_Q5_K)),
                       "%s claims an integer product for %s: test it against the scalar one",
                       k->name, tr->name);
             CHECK_MSG(tr->type == EV_TYPE_BF16 || !k->gemm_bf16x[tr->type],

@@ -289,7 +289,9 @@ static int check_matmul(ev_pool *pool, const ev_kernels *k, int32_t type, int64_
     int bad = 0;
     /* decode-sized products with quantised weights quantise the activations to the type's
      * vec_dot_type (Q8_0, Q8_K), and so do many-token ones in a kernel set with gemm_q8x */
-    const int quantized = act->type != EV_TYPE_F32, int_path = n_tok >= EV_MATMUL_INT_MIN_TOK;
+    const int quantized = act->type != EV_TYPE_F32;
+    const int int_path = n_tok >= (act->type == EV_TYPE_Q8_0 ? EV_MATMUL_INT_MIN_TOK
+                                                            : EV_MATMUL_INT_MIN_TOK_K);
     const int q8x = quantized && int_path && k->gemm_q8x[type] != NULL;
     const int q16x = quantized && int_path && !q8x && k->gemm_q16x[type] != NULL;
     const int quant = quantized && (q8x || (!q16x && n_tok < EV_MATMUL_FLOAT_MIN_TOK));
@@ -366,8 +368,10 @@ static void test_matmul_against_double_reference(void) {
                         if (n_tok > shapes[hi].max_tok) continue;
                         if (shapes[hi].n_in * shapes[hi].n_out * n_tok > 4000000 && si == 0)
                             continue;   /* the scalar set is slow; big shapes run once below */
-                        if (!swept_in_full(type_at(ti)) && !(ki == 0 || ki == 3))
-                            continue;   /* 1 and 17 tokens: the decode dot, the panels */
+                        if (!swept_in_full(type_at(ti)) && !(ki == 0 || ki == 3) &&
+                            !(ki == 4 && sets[si]->gemm_q16x[type_at(ti)]))
+                            continue;   /* 1 and 17 tokens: the decode dot, the panels; 64
+                                           where the set has integer products (Q4_K) */
                         int bias = (int)((hi + ki) & 1);
                         int bad = check_matmul(pools[pi], sets[si], type_at(ti), shapes[hi].n_out,
                                                shapes[hi].n_in, n_tok, bias);
@@ -390,13 +394,17 @@ static void test_matmul_against_double_reference(void) {
     }
     CHECK(check_matmul(pools[1], sets[0], EV_TYPE_Q4_0, 20, 6144, 17, 1) == 0);
     /* the integer products' y blocks and K chunks together: one thread, 250 tokens, 500 rows
-     * (two y blocks), 17 blocks of K (chunks of 16 and 1) */
+     * (two y blocks), 17 blocks of K (chunks of 16 and 1; super-block types: 40 blocks,
+     * chunks of 16, 16, 8), with bias for the latter */
     for (int si = 1; si < n_sets; si++)
         for (int ti = 0; ti < ev_type_count(); ti++)
-            if (sets[si]->gemm_q16x[type_at(ti)] || sets[si]->gemm_q8x[type_at(ti)])
-                CHECK_MSG(check_matmul(pools[0], sets[si], type_at(ti), 500, 544, 250, 0) == 0,
-                          "matmul %s %s 500x544 n_tok=250: y blocks x K chunks", sets[si]->name,
-                          ev_type_get(type_at(ti))->name);
+            if (sets[si]->gemm_q16x[type_at(ti)] || sets[si]->gemm_q8x[type_at(ti)]) {
+                const int k_type = ev_type_at(ti)->block_size == EV_QK_K;
+                const int64_t n_in = k_type ? 1280 : 544;
+                CHECK_MSG(check_matmul(pools[0], sets[si], type_at(ti), 500, n_in, 250, k_type) == 0,
+                          "matmul %s %s 500x%lld n_tok=250: y blocks x K chunks", sets[si]->name,
+                          ev_type_get(type_at(ti))->name, (long long)n_in);
+            }
     ev_pool_free(pools[0]);
     ev_pool_free(pools[1]);
 }
@@ -477,10 +485,18 @@ static void test_matmul_sets_agree_and_null_pool(void) {
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q8_0, 4096, 512, 2) >= 128 * 15 * 38);
     /* the many-token integer products' activations (int16 blocks + scales) after the packs */
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q8_0, 4096, 512, 2) >= 2 * pack + 128 * 512 * 68);
-    /* Q8_K-dot types: decode-sized products hold n_tok rows of n_in/256 Q8_K blocks (no
-     * integer products, so no packs below EV_MATMUL_FLOAT_MIN_TOK) */
-    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q4_K, 4096, 15, 2) >= 16 * 15 * 292 &&
-          ev_matmul_scratch_bytes(EV_TYPE_Q4_K, 4096, 15, 2) < pack);
+    /* Q8_K-dot types: decode-sized products hold n_tok rows of n_in/256 Q8_K blocks; Q6_K
+     * has no integer products, so no packs below EV_MATMUL_FLOAT_MIN_TOK and no activations
+     * beside them; Q4_K/Q5_K may (gemm_q16x): packs + int16 blocks, scales and sums from
+     * EV_MATMUL_INT_MIN_TOK_K tokens on */
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q4_K, 4096, EV_MATMUL_INT_MIN_TOK_K - 1, 2) >=
+              16 * (EV_MATMUL_INT_MIN_TOK_K - 1) * 292 &&
+          ev_matmul_scratch_bytes(EV_TYPE_Q4_K, 4096, EV_MATMUL_INT_MIN_TOK_K - 1, 2) < pack);
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q6_K, 4096, 15, 2) >= 16 * 15 * 292 &&
+          ev_matmul_scratch_bytes(EV_TYPE_Q6_K, 4096, 15, 2) < pack);
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q4_K, 4096, EV_MATMUL_INT_MIN_TOK_K, 2) >=
+          2 * pack + 128 * EV_MATMUL_INT_MIN_TOK_K * 72);
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q5_K, 4096, 512, 2) >= 2 * pack + 128 * 512 * 72);
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q6_K, 4096, 16, 2) == 2 * pack);
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q4_K, 4000, 1, 1) == SIZE_MAX);   /* not whole blocks */
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q4_0, 33, 1, 1) == SIZE_MAX);

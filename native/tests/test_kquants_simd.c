@@ -1,8 +1,10 @@
 /* test_kquants_simd.c - every SIMD kernel set this CPU runs against the scalar set for the
  * K-quants and IQ4_XS: the Q8_K activation quantiser bit for bit (random, tie, subnormal, NaN
  * and infinite inputs), the vec_dot kernels on random and extreme blocks of 1..8 super-blocks,
- * the panel dequantisers of gemm_dq bit for bit against to_float, and ev_matmul at 1, 3, 15
- * (Q8_K activations) and 20 tokens (gemm_dq on float activations).
+ * the panel dequantisers of gemm_dq bit for bit against to_float, ev_matmul at 1, 3, 15
+ * (Q8_K activations) and 20 tokens (gemm_dq on float activations; sets with gemm_q16x for
+ * the type: int16 activations from EV_MATMUL_INT_MIN_TOK_K tokens on), and gemm_q16x of
+ * Q4_K/Q5_K on adversarial blocks against a double-precision reference.
  *
  * The SIMD dots' tolerance: (terms + 32) * 2^-23 * (sum|d-part products| + |dmin-part
  * products|) (terms = 16-element groups for a dot, n_in for ev_matmul): the integer block
@@ -223,9 +225,22 @@ static void test_simd_dequantisers_bit_identical(void) {
     }
 }
 
+/* x as gemm_q16x sees it: each block of 32 rounded (to nearest even) to int16 steps of
+ * amax / 32767 */
+static void round_i16(const float *x, float *xr, int64_t n) {
+    for (int64_t b = 0; b < n / 32; b++) {
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b * 32 + i]));
+        const float d = amax / 32767.0f, id = amax > 0.0f ? 32767.0f / amax : 0.0f;
+        for (int i = 0; i < 32; i++) xr[b * 32 + i] = rintf(x[b * 32 + i] * id) * d;
+    }
+}
+
 /* ev_matmul of each SIMD set against the scalar set's for the Q8_K-dot types: 1, 3, 15
  * tokens (Q8_K activations, vec_dot) and 20 (float activations, gemm_dq with its panels),
- * 37 rows (a partial 16-row panel), 768 columns (3 super-blocks, 3 K chunks), 2 threads */
+ * 37 rows (a partial 16-row panel), 768 columns (3 super-blocks, 3 K chunks), 2 threads.
+ * Where a set has gemm_q16x for the type, from EV_MATMUL_INT_MIN_TOK_K tokens on the
+ * reference is the scalar set's gemm_dq on the int16-rounded activations. */
 static void test_simd_matmul_matches_scalar(void) {
     const ev_kernels *sets[MAX_SETS];
     const int n_sets = simd_sets(sets);
@@ -234,9 +249,11 @@ static void test_simd_matmul_matches_scalar(void) {
     ev_pool *pool = ev_pool_new(2);
     float *wf = malloc(sizeof(float) * N_OUT * N_IN), *x = malloc(sizeof(float) * MAX_TOK * N_IN);
     float *y = malloc(sizeof(float) * N_OUT * MAX_TOK), *y_ref = malloc(sizeof(float) * N_OUT * MAX_TOK);
-    float *bias = malloc(sizeof(float) * N_OUT);
+    float *bias = malloc(sizeof(float) * N_OUT), *xr = malloc(sizeof(float) * MAX_TOK * N_IN);
+    float *y_ref16 = malloc(sizeof(float) * N_OUT * MAX_TOK);
     for (int i = 0; i < N_OUT; i++) bias[i] = tu_randf(&seed);
     for (int i = 0; i < MAX_TOK * N_IN; i++) x[i] = tu_gaussian(&seed);
+    round_i16(x, xr, MAX_TOK * N_IN);
     for (int ti = 0; ti < ev_type_count(); ti++) {
         const ev_type_traits *t = ev_type_at(ti);
         if (t->vec_dot_type != EV_TYPE_Q8_K) continue;
@@ -250,6 +267,13 @@ static void test_simd_matmul_matches_scalar(void) {
         for (int tk = 0; tk < MAX_TOK; tk++)
             for (int r = 0; r < N_OUT; r++)
                 mag[tk][r] = 1.01 * dot_magnitude(t, w + r * rb, x + tk * N_IN, N_IN) + fabsf(bias[r]);
+        {   /* every token of the rounded x through the scalar gemm_dq (MAX_TOK >= 16) */
+            const size_t sb = ev_matmul_scratch_bytes(t->type, N_IN, MAX_TOK, 2);
+            void *scratch = aligned_alloc(64, (sb + 63) / 64 * 64);
+            CHECK(ev_matmul(pool, ev_kernels_scalar(), t->type, w, bias, N_OUT, N_IN, xr, MAX_TOK,
+                            y_ref16, scratch) == 0);
+            free(scratch);
+        }
         for (int si = 0; si < n_sets; si++) {
             for (size_t ki = 0; ki < sizeof toks / sizeof toks[0]; ki++) {
                 const int64_t nt = toks[ki];
@@ -258,11 +282,13 @@ static void test_simd_matmul_matches_scalar(void) {
                 int st = ev_matmul(pool, ev_kernels_scalar(), t->type, w, bias, N_OUT, N_IN, x,
                                    nt, y_ref, scratch);
                 st |= ev_matmul(pool, sets[si], t->type, w, bias, N_OUT, N_IN, x, nt, y, scratch);
+                const int q16x = sets[si]->gemm_q16x[t->type] && nt >= EV_MATMUL_INT_MIN_TOK_K;
+                const float *want = q16x ? y_ref16 : y_ref;
                 int bad = 0;
                 for (int64_t tk = 0; tk < nt; tk++)
                     for (int r = 0; r < N_OUT; r++) {
                         const double tol = (N_IN + 32) * ldexp(1.0, -23) * mag[tk][r];
-                        bad += !(fabs((double)y[tk * N_OUT + r] - y_ref[tk * N_OUT + r]) <= tol);
+                        bad += !(fabs((double)y[tk * N_OUT + r] - want[tk * N_OUT + r]) <= tol);
                     }
                 CHECK_MSG(st == 0 && bad == 0, "%s ev_matmul %s, %lld tokens: status %d, %d outputs off",
                           sets[si]->name, t->name, (long long)nt, st, bad);
@@ -275,8 +301,98 @@ static void test_simd_matmul_matches_scalar(void) {
     free(x);
     free(y);
     free(y_ref);
+    free(y_ref16);
+    free(xr);
     free(bias);
     ev_pool_free(pool);
+}
+
+/* gemm_q16x of Q4_K/Q5_K in every set that has it against a double dot of the dequantised
+ * weights and the int16-rounded activations, plus the bias: 53 rows (a full and a partial
+ * 48-row panel), 1280 columns (40 blocks: K chunks of 16, 16, 8), 8, 16 and 21 tokens (the
+ * few-token start of the integer products, EV_MATMUL_FLOAT_MIN_TOK, a 1-token tail tile),
+ * 1 and 2 threads. Super-blocks: random bytes, d = 0, dmin = 0, both 0, every byte 0xff
+ * (scales and mins 63, q = 15 or 31: the largest int32 sums), 0x00 and 0x0f; activation
+ * blocks random, and all +-amax (every int16 +-32767: |sum x| at its largest). Tolerance:
+ * (blocks + 32) x 2^-23 of the split magnitude (|d-part x| + |dmin-part x|): the int32 block
+ * sums are exact, only per-block float products and sums round (~1e-5 of it here). */
+static void test_k_q16x_adversarial_blocks(void) {
+    const ev_kernels *sets[MAX_SETS];
+    const int n_sets = simd_sets(sets);
+    enum { N_OUT = 53, N_IN = 1280, MAX_TOK = 21, NSB = N_IN / 256 };
+    const int64_t toks[] = {EV_MATMUL_INT_MIN_TOK_K, EV_MATMUL_FLOAT_MIN_TOK, MAX_TOK};
+    const int32_t types[] = {EV_TYPE_Q4_K, EV_TYPE_Q5_K};
+    ev_pool *pools[2] = {NULL, ev_pool_new(2)};
+    float *x = malloc(sizeof(float) * MAX_TOK * N_IN), *xr = malloc(sizeof(float) * MAX_TOK * N_IN);
+    float *y = malloc(sizeof(float) * N_OUT * MAX_TOK), *bias = malloc(sizeof(float) * N_OUT);
+    float *wf = malloc(sizeof(float) * N_IN);
+    for (int i = 0; i < N_OUT; i++) bias[i] = tu_randf(&seed);
+    for (int tk = 0; tk < MAX_TOK; tk++)
+        for (int b = 0; b < N_IN / 32; b++) {
+            const int kind = (tk + b) % 5;   /* 0, 1: +-amax everywhere; else random */
+            for (int i = 0; i < 32; i++)
+                x[(tk * N_IN) + 32 * b + i] = kind == 0 ? 2.5f : kind == 1 ? -0.75f
+                                                                  : tu_gaussian(&seed);
+        }
+    round_i16(x, xr, MAX_TOK * N_IN);
+    int tested = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const ev_type_traits *t = ev_type_get(types[ti]);
+        const int64_t rb = ev_row_bytes(t->type, N_IN);
+        uint8_t *w = malloc((size_t)(rb * N_OUT));
+        for (int r = 0; r < N_OUT; r++)
+            for (int s = 0; s < NSB; s++) {
+                uint8_t *blk = w + r * rb + (int64_t)s * t->type_size;
+                const int kind = (r + 3 * s) % 7;
+                blocks_random(t, blk, 1, kind < 4 ? kind : 0);   /* bytes, then d, dmin */
+                const ev_fp16 zero = ev_f32_to_fp16(0.0f);
+                if (kind == 4 || kind == 6) memcpy(blk + t->scale_at[0], &zero, 2);  /* d */
+                if (kind == 5 || kind == 6) memcpy(blk + t->scale_at[1], &zero, 2);  /* dmin */
+            }
+        double want[MAX_TOK][N_OUT], tol[MAX_TOK][N_OUT];
+        for (int r = 0; r < N_OUT; r++) {
+            ev_row_to_f32(t->type, w + r * rb, wf, N_IN);
+            for (int tk = 0; tk < MAX_TOK; tk++) {
+                double v = bias[r];
+                for (int i = 0; i < N_IN; i++) v += (double)wf[i] * xr[tk * N_IN + i];
+                want[tk][r] = v;
+                tol[tk][r] = (N_IN / 32 + 32) * ldexp(1.0, -23) *
+                                 (dot_magnitude(t, w + r * rb, xr + tk * N_IN, N_IN) + fabsf(bias[r])) + 1e-30;
+            }
+        }
+        for (int si = 0; si < n_sets; si++) {
+            if (!sets[si]->gemm_q16x[t->type]) continue;
+            for (int pi = 0; pi < 2; pi++)
+                for (size_t ki = 0; ki < sizeof toks / sizeof toks[0]; ki++) {
+                    const int64_t nt = toks[ki];
+                    const size_t sb = ev_matmul_scratch_bytes(t->type, N_IN, nt, pools[pi] ? 2 : 1);
+                    void *scratch = aligned_alloc(64, (sb + 63) / 64 * 64);
+                    for (int i = 0; i < N_OUT * nt; i++) y[i] = NAN;
+                    const int st = ev_matmul(pools[pi], sets[si], t->type, w, bias, N_OUT, N_IN, x,
+                                             nt, y, scratch);
+                    int bad = 0;
+                    for (int tk = 0; tk < nt; tk++)
+                        for (int r = 0; r < N_OUT; r++) {
+                            const double got = y[tk * N_OUT + r];
+                            if (!(fabs(got - want[tk][r]) <= tol[tk][r]) && bad++ < 3)
+                                fprintf(stderr, "  %s %s y[%d][%d] = %.9g, want %.9g (tol %.3g)\n",
+                                        sets[si]->name, t->name, tk, r, got, want[tk][r], tol[tk][r]);
+                        }
+                    CHECK_MSG(st == 0 && bad == 0, "%s gemm_q16x %s, %lld tokens, %s: status %d, %d off",
+                              sets[si]->name, t->name, (long long)nt, pools[pi] ? "2 threads" : "1 thread",
+                              st, bad);
+                    tested++;
+                    free(scratch);
+                }
+        }
+        free(w);
+    }
+#if defined(__x86_64__)
+    /* an AVX-512 VNNI host must have run it (this machine's issue 26) */
+    if (ev_kernels_x86_avx512()) CHECK(tested > 0);
+#endif
+    free(x); free(xr); free(y); free(bias); free(wf);
+    ev_pool_free(pools[1]);
 }
 
 int main(void) {
@@ -284,5 +400,6 @@ int main(void) {
     test_simd_k_dots_match_scalar();
     test_simd_dequantisers_bit_identical();
     test_simd_matmul_matches_scalar();
+    test_k_q16x_adversarial_blocks();
     return tu_report("test_kquants_simd");
 }

@@ -1,7 +1,7 @@
 /*
- * x86_avx512_qgemm.c - the many-token products of Q8_0/Q4_0 weights with AVX-512 VNNI
- * integer dot products. Y[t][r] = X[t] . W[r] (+ bias[r]) for one thread's rows [r0, r1).
- * Two activation widths, one loop nest:
+ * x86_avx512_qgemm.c - the many-token products of Q8_0/Q4_0 (and, int16 only, Q4_K/Q5_K)
+ * weights with AVX-512 VNNI integer dot products. Y[t][r] = X[t] . W[r] (+ bias[r]) for one
+ * thread's rows [r0, r1). Two activation widths, one loop nest:
  *  - q16x (int16 activations, vpdpwssd: 32 int16 x int16 products a instruction, twice a
  *    float FMA's): each activation block of 32 rounded to int16 with its own scale
  *    (amax / 32767, a relative error of 2^-16, below float32's sum-order noise at these
@@ -12,7 +12,18 @@
  *    ones, so the weights are made unsigned, u = q + 128 (Q8_0) or the raw nibble (Q4_0,
  *    value u - 8); sum(u x) = sum(q x) + o sum(x) with o = 128 or 8, so each block's int32
  *    accumulator starts at -o sum(x) (x_sum, from the quantisation).
- * Reference: the scalar set's products on the same rounded activations (test_kernels.c).
+ *  - Q4_K/Q5_K (q16x only): a block of 32 columns is one sub-block j of a super-block, value
+ *    d sc_j q - dmin m_j with q in 0..15 (0..31). The panel holds q as int16, and per block
+ *    and row dw = d sc_j and mw = -dmin m_j; the block's term is
+ *    dw dx sum(q x) + mw dx sum(x), sum(x) the exact int32 sum of the block's int16
+ *    activations (x_sum, from the quantisation): one more FMA per block and (row group,
+ *    token), beside 16 dot instructions. Q8_0/Q4_0 compile without it (the tile's kofs).
+ *    int32 bounds: |q| <= 31, |x| <= 32767, 32 products: |sum q x| <= 32.5e6 < 2^31 (vpdpwssd
+ *    adds pairs, 2 x 31 x 32767, into the accumulator: no intermediate saturation), and
+ *    |sum x| <= 32 x 32767 ~ 2^20, exact in float32 too. K chunks of 16 blocks start on
+ *    super-blocks (8 blocks), so a chunk's block b lies in its super-block b / 8 at j = b % 8.
+ * Reference: the scalar set's products on the same rounded activations (test_kernels.c,
+ * test_kquants_simd.c).
  *
  * Layout. Lane i of a 16-int32 accumulator is weight row i of a group of 16; a block's 32
  * columns are walked in steps of 4 bytes (4 int8 or 2 int16 activations: 8 or 16 steps),
@@ -50,9 +61,22 @@
 #define Y_BLOCK_BYTES (512 * 1024) /* y of one row block: half of a 1 MiB L2 */
 #define PF_TILES 16             /* tiles over which the next panel's weights are prefetched */
 
+/* The weight layouts the panel packer reads (compile-time constants of the loop nest). */
+enum { W_Q8_0, W_Q4_0, W_Q4_K, W_Q5_K };
+#define IS_K(wt) ((wt) >= W_Q4_K)
+/* bytes of a weight row per 32 columns: a block, or an eighth of a K super-block (K chunks
+ * start on super-blocks, so kb * W_BYTES is where block kb's super-block starts) */
+#define W_BYTES(wt) ((wt) == W_Q8_0   ? sizeof(ev_block_q8_0)                               \
+                     : (wt) == W_Q4_0 ? sizeof(ev_block_q4_0)                               \
+                     : (wt) == W_Q4_K ? sizeof(ev_block_q4_K) / 8 : sizeof(ev_block_q5_K) / 8)
+_Static_assert(sizeof(ev_block_q4_K) % 8 == 0 && sizeof(ev_block_q5_K) % 8 == 0,
+               "a K super-block is 8 x W_BYTES");
+_Static_assert(EV_QK_K == 8 * EV_QK, "8 sub-blocks of 32 a super-block");
+
 typedef struct q_panel {
     _Alignas(64) uint8_t wq[PANEL_BYTES];   /* [block][step][group][16 rows][4 bytes] */
-    _Alignas(64) float dw[MAX_KCB][PR];     /* d_w of the block for rows 0..PR-1 */
+    _Alignas(64) float dw[MAX_KCB][PR];     /* d_w of the block for rows 0..PR-1 (K: d sc_j) */
+    _Alignas(64) float mw[MAX_KCB][PR];     /* K only: -dmin m_j, the weight of sum(x) */
 } q_panel;
 _Static_assert(sizeof(q_panel) <= sizeof(float) * EV_GEMM_PACK_FLOATS, "q_panel fits a->pack");
 
@@ -96,31 +120,77 @@ EV_AVX512_INLINE __m512i q16x_half(const uint8_t *a, const uint8_t *b, int h, co
     return _mm512_cvtepi8_epi16(v);
 }
 
+/* Columns 16h..16h+15 of sub-block j of two rows' super-blocks a, b (ev_block_q4_K or
+ * ev_block_q5_K) as [a | b] int16 q: the low (j even) or high nibbles of
+ * qs[32 (j / 2) + 16 h ..], plus 16 where qh (Q5_K) has bit j of qh[16 h ..]. */
+EV_AVX512_INLINE __m512i k_half(const uint8_t *a, const uint8_t *b, int j, int h, const int wt) {
+    const size_t qs = wt == W_Q4_K ? offsetof(ev_block_q4_K, qs) : offsetof(ev_block_q5_K, qs);
+    const size_t o = qs + 32 * (size_t)(j / 2) + 16 * (size_t)h;
+    const __m256i raw = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(a + o))),
+        _mm_loadu_si128((const __m128i *)(b + o)), 1);
+    const __m256i nib = (j & 1) ? _mm256_srli_epi16(raw, 4) : raw;
+    __m256i v = _mm256_and_si256(nib, _mm256_set1_epi8(0x0f));
+    if (wt == W_Q5_K) {
+        const size_t oh = offsetof(ev_block_q5_K, qh) + 16 * (size_t)h;
+        const __m256i qh = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(a + oh))),
+            _mm_loadu_si128((const __m128i *)(b + oh)), 1);
+        const __m256i bit = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(j)),
+                                             _mm256_set1_epi8(1));
+        v = _mm256_or_si256(v, _mm256_slli_epi16(bit, 4));   /* bit 0 of each byte -> 16 */
+    }
+    return _mm512_cvtepi8_epi16(v);
+}
+
+/* Sub-block j's dw = d sc_j and mw = -dmin m_j of the super-block at s. */
+EV_AVX512_INLINE void k_scales(const uint8_t *s, int j, float *dw, float *mw, const int wt) {
+    const ev_block_q4_K *b4 = (const ev_block_q4_K *)(const void *)s;
+    const ev_block_q5_K *b5 = (const ev_block_q5_K *)(const void *)s;
+    uint8_t sc, m;
+    ev_k4_scale_min(j, wt == W_Q4_K ? b4->scales : b5->scales, &sc, &m);
+    *dw = avx2_fp16(wt == W_Q4_K ? b4->d : b5->d) * (float)sc;
+    *mw = -(avx2_fp16(wt == W_Q4_K ? b4->dmin : b5->dmin) * (float)m);
+}
+
 /* Rows r..r+R-1 (R <= PR; the rest zero weights, zero scales), blocks [kb, kb + n). */
 EV_AVX512_INLINE void panel_pack(q_panel *p, const ev_gemm_args *a, int64_t r, int R,
-                                 int64_t kb, int n, const int q4, const int x16) {
-    static const _Alignas(64) uint8_t zero_block[64];
-    const size_t bsz = q4 ? sizeof(ev_block_q4_0) : sizeof(ev_block_q8_0);
+                                 int64_t kb, int n, const int wt, const int x16) {
+    static const _Alignas(64) uint8_t zero_block[sizeof(ev_block_q5_K)];
+    const size_t bsz = W_BYTES(wt);
+    const int q4 = wt == W_Q4_0;
     const uint8_t *row[PR];
     for (int i = 0; i < PR; i++)
         row[i] = i < R ? a->w + (r + i) * a->w_stride + (size_t)kb * bsz : NULL;
     for (int b = 0; b < n; b++) {
+        /* K: block b is sub-block j of the super-block at (b - j) * bsz */
+        const int j = b & 7;
+        const size_t off = IS_K(wt) ? (size_t)(b - j) * bsz : (size_t)b * bsz + 2;
         uint8_t *blk = p->wq + (size_t)b * BLOCK_BYTES(x16);
         for (int g = 0; g < RGM; g++) {
             for (int h = 0; h < (x16 ? 2 : 1); h++) {   /* int16: columns 16h..16h+15 */
                 __m512i z[8];
                 for (int k = 0; k < 8; k++) {
                     const int ia = 16 * g + (k < 4 ? k : k + 4), ib = ia + 4;
-                    const uint8_t *qa = row[ia] ? row[ia] + (size_t)b * bsz + 2 : zero_block;
-                    const uint8_t *qb = row[ib] ? row[ib] + (size_t)b * bsz + 2 : zero_block;
-                    z[k] = x16 ? q16x_half(qa, qb, h, q4) : q8x_pair(qa, qb, q4);
+                    const uint8_t *qa = row[ia] ? row[ia] + off : zero_block;
+                    const uint8_t *qb = row[ib] ? row[ib] + off : zero_block;
+                    z[k] = IS_K(wt) ? k_half(qa, qb, j, h, wt)
+                           : x16    ? q16x_half(qa, qb, h, q4)
+                                    : q8x_pair(qa, qb, q4);
                 }
                 /* steps 8h..8h+7, group g's 64 bytes of each */
                 avx512_transpose_16x8(z, blk + h * 8 * STEP_BYTES + g * 64, STEP_BYTES);
             }
         }
-        for (int i = 0; i < PR; i++)
-            p->dw[b][i] = row[i] ? avx2_fp16(*(const ev_fp16 *)(row[i] + (size_t)b * bsz)) : 0.0f;
+        if (IS_K(wt)) {
+            for (int i = 0; i < PR; i++) {
+                p->dw[b][i] = p->mw[b][i] = 0.0f;
+                if (row[i]) k_scales(row[i] + off, j, &p->dw[b][i], &p->mw[b][i], wt);
+            }
+        } else {
+            for (int i = 0; i < PR; i++)
+                p->dw[b][i] = row[i] ? avx2_fp16(*(const ev_fp16 *)(row[i] + (size_t)b * bsz)) : 0.0f;
+        }
     }
 }
 
@@ -146,10 +216,11 @@ EV_AVX512_INLINE void q_steps(__m512i iacc[RGM][MT], const uint8_t *wb, const ui
     }
 }
 
-/* RG row groups (1..3) x T tokens (1..4) from token t over the panel's n blocks. */
+/* RG row groups (1..3) x T tokens (1..4) from token t over the panel's n blocks; kofs (K
+ * weights, x16): each block also adds mw dx x_sum. */
 EV_AVX512_INLINE void q_tile(const q_panel *p, const ev_gemm_args *a, int64_t r, int R,
                              int64_t t, int64_t kb, int n, const int RG, const int T,
-                             const int x16, const int shift) {
+                             const int x16, const int kofs, const int shift) {
     const int64_t nb = a->n_in / EV_QK;
     /* activation blocks: int16 [32] (64 bytes), or ev_block_q8_0 (34 bytes, qs at 2) */
     const int64_t xbs = x16 ? 64 : (int64_t)sizeof(ev_block_q8_0);
@@ -160,7 +231,7 @@ EV_AVX512_INLINE void q_tile(const q_panel *p, const ev_gemm_args *a, int64_t r,
     for (int j = 0; j < T; j++) {
         xq[j] = a->x + (t + j) * a->x_stride + kb * xbs + (x16 ? 0 : offsetof(ev_block_q8_0, qs));
         dx[j] = a->x_scale + (t + j) * nb + kb;
-        xs[j] = x16 ? NULL : a->x_sum + (t + j) * nb + kb;
+        xs[j] = x16 && !kofs ? NULL : a->x_sum + (t + j) * nb + kb;
     }
     if (kb > 0)   /* the y this tile adds to, from L2 while the blocks run */
 #pragma GCC unroll 4
@@ -193,6 +264,13 @@ EV_AVX512_INLINE void q_tile(const q_panel *p, const ev_gemm_args *a, int64_t r,
             for (int j = 0; j < T; j++)
                 facc[g][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[g][j]),
                                              _mm512_mul_ps(dw, _mm512_set1_ps(dx[j][b])), facc[g][j]);
+            if (kofs) {
+                const __m512 mw = _mm512_load_ps(p->mw[b] + 16 * g);
+#pragma GCC unroll 4
+                for (int j = 0; j < T; j++)
+                    facc[g][j] = _mm512_fmadd_ps(mw, _mm512_set1_ps(dx[j][b] * (float)xs[j][b]),
+                                                 facc[g][j]);
+            }
         }
     }
 #pragma GCC unroll 4
@@ -205,12 +283,13 @@ EV_AVX512_INLINE void q_tile(const q_panel *p, const ev_gemm_args *a, int64_t r,
     }
 }
 
-/* The tile shapes, each its own function (inlined into one loop, the accumulators spill). */
-#define Q_TILE(X16, RG, T)                                                                   \
-    EV_AVX512 __attribute__((noinline)) static void tile##X16##_##RG##x##T(                  \
+/* The tile shapes, each its own function (inlined into one loop, the accumulators spill);
+ * MODE 0: q8x, 1: q16x, 2: q16x with the K offset term. */
+#define Q_TILE(MODE, RG, T)                                                                  \
+    EV_AVX512 __attribute__((noinline)) static void tile##MODE##_##RG##x##T(                 \
         const q_panel *p, const ev_gemm_args *a, int64_t r, int R, int64_t t, int64_t kb,     \
         int n, int shift) {                                                                  \
-        q_tile(p, a, r, R, t, kb, n, RG, T, X16, shift);                                      \
+        q_tile(p, a, r, R, t, kb, n, RG, T, (MODE) >= 1, (MODE) == 2, shift);                 \
     }
 #define Q_TILES_RG(X16, RG)                                                                  \
     Q_TILE(X16, RG, 1) Q_TILE(X16, RG, 2) Q_TILE(X16, RG, 3) Q_TILE(X16, RG, 4)
@@ -219,12 +298,14 @@ EV_AVX512_INLINE void q_tile(const q_panel *p, const ev_gemm_args *a, int64_t r,
      tile##X16##_##RG##x4}
 Q_TILES_RG(0, 1) Q_TILES_RG(0, 2) Q_TILES_RG(0, 3)
 Q_TILES_RG(1, 1) Q_TILES_RG(1, 2) Q_TILES_RG(1, 3)
+Q_TILES_RG(2, 1) Q_TILES_RG(2, 2) Q_TILES_RG(2, 3)
 
 typedef void (*q_tile_fn)(const q_panel *p, const ev_gemm_args *a, int64_t r, int R,
                           int64_t t, int64_t kb, int n, int shift);
-static const q_tile_fn TILES[2][RGM + 1][MT + 1] = {
+static const q_tile_fn TILES[3][RGM + 1][MT + 1] = {
     {{NULL}, Q_ROW(0, 1), Q_ROW(0, 2), Q_ROW(0, 3)},
     {{NULL}, Q_ROW(1, 1), Q_ROW(1, 2), Q_ROW(1, 3)},
+    {{NULL}, Q_ROW(2, 1), Q_ROW(2, 2), Q_ROW(2, 3)},
 };
 
 /* Tile i of a panel's n_tiles: from tile n_tiles - PF_TILES on, each tile prefetches its
@@ -238,16 +319,16 @@ EV_AVX512_INLINE void prefetch_share(const uint8_t *w, int64_t stride, int64_t r
         for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(w + r * stride + o), _MM_HINT_T0);
 }
 
-EV_AVX512_INLINE void q_gemm(const ev_gemm_args *a, int64_t r0, int64_t r1, const int q4,
+EV_AVX512_INLINE void q_gemm(const ev_gemm_args *a, int64_t r0, int64_t r1, const int wt,
                              const int x16) {
     const int64_t nb = a->n_in / EV_QK;
-    const int kcb = PANEL_BYTES / BLOCK_BYTES(x16);
-    const int shift = q4 ? 3 : 7;              /* q8x: the unsigned offset o = 8 or 128 */
-    q_panel *p = (q_panel *)(void *)a->pack;   /* 64-byte aligned, 1.2 MiB (uses 54 KiB) */
+    const int kcb = PANEL_BYTES / BLOCK_BYTES(x16);   /* K: 2 super-blocks (int16 only) */
+    const int shift = wt == W_Q4_0 ? 3 : 7;    /* q8x: the unsigned offset o = 8 or 128 */
+    q_panel *p = (q_panel *)(void *)a->pack;   /* 64-byte aligned, 1.2 MiB (uses 60 KiB) */
     /* rows per y block: its y (rows x n_tok floats) stays in L2 across the K chunks */
     int64_t rows_per_yb = (int64_t)Y_BLOCK_BYTES / (4 * (a->n_tok > 0 ? a->n_tok : 1)) / PR * PR;
     if (rows_per_yb < PR) rows_per_yb = PR;
-    const size_t bsz = q4 ? sizeof(ev_block_q4_0) : sizeof(ev_block_q8_0);
+    const size_t bsz = W_BYTES(wt);
     const int64_t n_tiles = (a->n_tok + MT - 1) / MT;
     for (int64_t rb = r0; rb < r1; rb += rows_per_yb) {
         const int64_t re = r1 - rb < rows_per_yb ? r1 : rb + rows_per_yb;
@@ -255,7 +336,7 @@ EV_AVX512_INLINE void q_gemm(const ev_gemm_args *a, int64_t r0, int64_t r1, cons
             const int n = (int)(nb - kb < kcb ? nb - kb : kcb);
             for (int64_t r = rb; r < re; r += PR) {
                 const int R = (int)(re - r < PR ? re - r : PR);
-                panel_pack(p, a, r, R, kb, n, q4, x16);
+                panel_pack(p, a, r, R, kb, n, wt, x16);
                 /* the next panel: its rows are prefetched over the last PF_TILES tiles */
                 int64_t rn = r + PR, kbn = kb;
                 if (rn >= re) { rn = rb; kbn = kb + kcb; }
@@ -263,7 +344,7 @@ EV_AVX512_INLINE void q_gemm(const ev_gemm_args *a, int64_t r0, int64_t r1, cons
                 const int64_t rows_next = rn < r1 ? (r1 - rn < PR ? r1 - rn : PR) : 0;
                 const int64_t bytes_next = (nb - kbn < kcb ? nb - kbn : kcb) * (int64_t)bsz;
                 const uint8_t *w_next = a->w + rn * a->w_stride + kbn * (int64_t)bsz;
-                const q_tile_fn *tiles = TILES[x16][(R + 15) / 16];
+                const q_tile_fn *tiles = TILES[x16 + IS_K(wt)][(R + 15) / 16];
                 for (int64_t i = 0; i < n_tiles; i++) {
                     prefetch_share(w_next, a->w_stride, rows_next, bytes_next, i, n_tiles);
                     const int64_t t = i * MT;
@@ -275,19 +356,28 @@ EV_AVX512_INLINE void q_gemm(const ev_gemm_args *a, int64_t r0, int64_t r1, cons
 }
 
 EV_AVX512 void ev_avx512_gemm_q8x_q8_0(const ev_gemm_args *a, int64_t r0, int64_t r1) {
-    q_gemm(a, r0, r1, 0, 0);
+    q_gemm(a, r0, r1, W_Q8_0, 0);
 }
 
 EV_AVX512 void ev_avx512_gemm_q8x_q4_0(const ev_gemm_args *a, int64_t r0, int64_t r1) {
-    q_gemm(a, r0, r1, 1, 0);
+    q_gemm(a, r0, r1, W_Q4_0, 0);
 }
 
 EV_AVX512 void ev_avx512_gemm_q16x_q8_0(const ev_gemm_args *a, int64_t r0, int64_t r1) {
-    q_gemm(a, r0, r1, 0, 1);
+    q_gemm(a, r0, r1, W_Q8_0, 1);
 }
 
 EV_AVX512 void ev_avx512_gemm_q16x_q4_0(const ev_gemm_args *a, int64_t r0, int64_t r1) {
-    q_gemm(a, r0, r1, 1, 1);
+    q_gemm(a, r0, r1, W_Q4_0, 1);
+}
+
+/* a->x_sum: each int16 activation block's exact sum */
+EV_AVX512 void ev_avx512_gemm_q16x_q4_K(const ev_gemm_args *a, int64_t r0, int64_t r1) {
+    q_gemm(a, r0, r1, W_Q4_K, 1);
+}
+
+EV_AVX512 void ev_avx512_gemm_q16x_q5_K(const ev_gemm_args *a, int64_t r0, int64_t r1) {
+    q_gemm(a, r0, r1, W_Q5_K, 1);
 }
 
 /* Each block of 32 of x[n] as int16 q[32] with d = amax / 32767 (d[n / 32]; x = d q). */
