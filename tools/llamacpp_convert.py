@@ -60,14 +60,16 @@ def download_sdist(dest: Path) -> Path:
     return found[0]
 
 
-def _extract(sdist: Path, target: Path) -> None:
+def extract_vendored(sdist: Path, target: Path, wanted: tuple[str, ...] | None = None) -> None:
+    """The sdist's vendored llama.cpp tree (only the paths starting with one of ``wanted``,
+    or all of it) into ``target``; a member that would land outside it is refused."""
     with tarfile.open(sdist, "r:gz") as tar:
         for member in tar.getmembers():
             _, _, rel = member.name.partition("/")
-            if not rel.startswith(_VENDOR):
+            if not rel.startswith(_VENDOR) or not (member.isfile() or member.isdir()):
                 continue
             inner = rel[len(_VENDOR):]
-            if not inner.startswith(_WANTED) or not (member.isfile() or member.isdir()):
+            if wanted is not None and not inner.startswith(wanted):
                 continue
             path = (target / inner).resolve()
             if not path.is_relative_to(target.resolve()):
@@ -80,6 +82,11 @@ def _extract(sdist: Path, target: Path) -> None:
             assert source is not None
             with source, open(path, "wb") as out:
                 shutil.copyfileobj(source, out)
+            path.chmod(member.mode & 0o755 | 0o644)
+
+
+def _extract(sdist: Path, target: Path) -> None:
+    extract_vendored(sdist, target, _WANTED)
     if not (target / "convert_hf_to_gguf.py").is_file() or not (target / "gguf-py").is_dir():
         raise RuntimeError(f"{sdist.name} has no vendored llama.cpp converter")
 

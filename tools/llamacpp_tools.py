@@ -25,13 +25,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from llamacpp_convert import LLAMA_CPP_PYTHON_VERSION, download_sdist
+from llamacpp_convert import LLAMA_CPP_PYTHON_VERSION, download_sdist, extract_vendored
 
 DEFAULT_TARGETS = ("llama-quantize", "llama-bench", "llama-mtmd-cli")
 _COMMON = ["-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF",
@@ -42,7 +41,6 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
                             "-DGGML_FMA=ON", "-DGGML_F16C=ON", "-DGGML_BMI2=ON",
                             "-DGGML_AVX512=OFF", "-DGGML_AVX_VNNI=OFF"]),
 }
-_VENDOR = "vendor/llama.cpp/"
 
 
 def cache_dir() -> Path:
@@ -53,23 +51,7 @@ def cache_dir() -> Path:
 
 
 def _extract_tree(sdist: Path, target: Path) -> None:
-    with tarfile.open(sdist, "r:gz") as tar:
-        for member in tar.getmembers():
-            _, _, rel = member.name.partition("/")
-            if not rel.startswith(_VENDOR) or not (member.isfile() or member.isdir()):
-                continue
-            path = (target / rel[len(_VENDOR):]).resolve()
-            if not path.is_relative_to(target.resolve()):
-                raise RuntimeError(f"unsafe path in {sdist.name}: {member.name}")
-            if member.isdir():
-                path.mkdir(parents=True, exist_ok=True)
-                continue
-            path.parent.mkdir(parents=True, exist_ok=True)
-            source = tar.extractfile(member)
-            assert source is not None
-            with source, open(path, "wb") as out:
-                shutil.copyfileobj(source, out)
-            path.chmod(member.mode & 0o755 | 0o644)
+    extract_vendored(sdist, target)
     if not (target / "CMakeLists.txt").is_file():
         raise RuntimeError(f"{sdist.name} has no vendored llama.cpp tree")
 

@@ -62,6 +62,15 @@ def _task_items(task: str, count: int) -> list[Item]:
     return [make_item(TEST_SEED, 10_000 + i, task=task) for i in range(count)]
 
 
+def _convert(out: Path, *flags: str) -> Path:
+    """``edgevlm convert`` of the committed checkpoint into ``out`` with ``flags``."""
+    pytest.importorskip("gguf")
+    from edgevlm.convert.cli import main as convert_main
+
+    assert convert_main([str(HF_DIR), "-o", str(out), *flags, "--quiet"]) == 0
+    return out
+
+
 @pytest.fixture(scope="module")
 def engine() -> Engine:
     return Engine.load(MODEL_DIR, threads=2, context=1024)
@@ -101,12 +110,7 @@ def test_f32_answers_at_least_90_percent_of_held_out_scenes_exactly(
 
 @pytest.fixture(scope="module")
 def q8_0_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("gguf")
-    from edgevlm.convert.cli import main as convert_main
-
-    out = tmp_path_factory.mktemp("demo") / "q8_0"
-    assert convert_main([str(HF_DIR), "-o", str(out), "--type", "q8_0", "--quiet"]) == 0
-    return out
+    return _convert(tmp_path_factory.mktemp("demo") / "q8_0", "--type", "q8_0")
 
 
 def test_q8_0_answers_at_least_90_percent_of_held_out_scenes_exactly(
@@ -119,12 +123,7 @@ def test_q8_0_answers_at_least_90_percent_of_held_out_scenes_exactly(
 
 @pytest.fixture(scope="module")
 def q4_k_m_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("gguf")
-    from edgevlm.convert.cli import main as convert_main
-
-    out = tmp_path_factory.mktemp("demo") / "q4_k_m"
-    assert convert_main([str(HF_DIR), "-o", str(out), "--type", "q4_k_m", "--quiet"]) == 0
-    return out
+    return _convert(tmp_path_factory.mktemp("demo") / "q4_k_m", "--type", "q4_k_m")
 
 
 def test_q4_k_m_answers_the_held_out_scenes_within_2_points_of_f32(
@@ -157,12 +156,9 @@ def test_vision_k_type_mmproj_answers_the_held_out_scenes_within_2_points_of_f32
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The ViT runs K-type matrices: a Q8_0 model with a Q4_K (Q6_K) mmproj, whose 512-wide
     matrices are really stored in that K type, answers as well as F32 to within 2 points."""
-    pytest.importorskip("gguf")
-    from edgevlm.convert.cli import main as convert_main
     from tests.gguf_read import read_gguf
 
-    assert convert_main([str(HF_DIR), "-o", str(tmp_path), "--type", "q8_0",
-                         "--vision-type", vision_type, "--quiet"]) == 0
+    _convert(tmp_path, "--type", "q8_0", "--vision-type", vision_type)
     k_type, fallback = VISION_K_TYPES[vision_type]
     mmproj = read_gguf(tmp_path / "mmproj.gguf").tensors
     kinds = {name: t.tensor_type.name for name, t in mmproj.items()}
@@ -179,10 +175,7 @@ def test_vision_k_type_mmproj_answers_the_held_out_scenes_within_2_points_of_f32
 
 def test_committed_gguf_is_the_f32_conversion_of_the_committed_checkpoint(
         tmp_path: Path) -> None:
-    pytest.importorskip("gguf")
-    from edgevlm.convert.cli import main as convert_main
-
-    assert convert_main([str(HF_DIR), "-o", str(tmp_path), "--type", "f32", "--quiet"]) == 0
+    _convert(tmp_path, "--type", "f32")
     for name in ("model.gguf", "mmproj.gguf"):
         fresh = hashlib.sha256((tmp_path / name).read_bytes()).hexdigest()
         committed = hashlib.sha256((MODEL_DIR / name).read_bytes()).hexdigest()
