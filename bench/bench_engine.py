@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Native engine speed on a Qwen3-VL-2B-shaped model, side by side with llama.cpp.
 
-    .venv/bin/python bench/bench_engine.py [--stages engine,ttft,cold,threads] [--runs 5]
+    .venv/bin/python bench/bench_engine.py [--stages engine,ttft,camera,cold,threads] [--runs 5]
         [--threads 2] [--types q8_0,q4_0,bf16] [--ops pp128,pp512,tg64,vit256,vit448]
         [--engines edgevlm,llama.cpp,...] [--stage-type q8_0] [--scaling-threads 1,2]
         [--scaling-ops pp512,tg64,vit448] [--cold-ctx 4096] [--no-cold-cache] [--json]
@@ -27,12 +27,17 @@ Stages (``--stages``, all by default, in this order):
   ``Engine.generate`` (the daemon's path) with an empty vision cache and again with the image
   cached (checked to skip the vision encoder), llama.cpp through its mtmd helpers
   (``stage_ttft.py``);
+- ``camera``: the camera-event latency a user feels: a 640×360 JPEG snapshot (quality 70) +
+  the daemon's camera prompt -> exactly 40 greedy tokens; edgevlm through ``Engine.generate``
+  (engine loaded once) at the daemon's pixel budget and at a per-camera ``max_pixels``,
+  llama.cpp as one ``llama-mtmd-cli`` process per run (its load timed and left out)
+  (``stage_camera.py``);
 - ``cold``: a fresh process loads the pair and answers a short text prompt: wall time from
   spawn and from the load call, resident memory against file sizes + KV cache + 200 MiB, with
   the files in the page cache and evicted from it (``stage_cold.py``, ``cold_start.py``);
 - ``threads``: ``--scaling-ops`` at each of ``--scaling-threads`` (``stage_threads.py``).
 
-``ttft``, ``cold`` and ``threads`` use the ``--stage-type`` pair (Q8_0 by default).
+``ttft``, ``camera``, ``cold`` and ``threads`` use the ``--stage-type`` pair (Q8_0 by default).
 
 In the engine stage, per type, one worker process per engine (``engine_workers.py``) loads
 the **same GGUF pair** (each engine in its own process, so its resident memory is its own:
@@ -76,6 +81,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import stage_camera
 import stage_cold
 import stage_threads
 import stage_ttft
@@ -94,7 +100,7 @@ from engine_setup import (
 
 ALL_OPS = ("pp128", "pp512", "tg64", "vit256", "vit448")
 ALL_TYPES = ("q8_0", "q4_0", "bf16")   # the default; also f16, f32 and the K-quant mixes
-ALL_STAGES = ("engine", "ttft", "cold", "threads")
+ALL_STAGES = ("engine", "ttft", "camera", "cold", "threads")
 
 
 def _csv(text: str) -> list[str]:
@@ -124,7 +130,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "EDGEVLM_MAX_CPU_ISA=avx2, llama-bench built with AVX2/FMA/F16C "
                          "only; default native)")
     ap.add_argument("--stage-type", default="q8_0",
-                    help="the GGUF pair of the ttft, cold and threads stages")
+                    help="the GGUF pair of the ttft, camera, cold and threads stages")
     ap.add_argument("--scaling-threads",
                     default=",".join(map(str, stage_threads.default_threads())),
                     help="thread counts of the threads stage (default: 1, 2, powers of two "
@@ -193,11 +199,15 @@ def main(argv: list[str] | None = None) -> int:
 
     cache_root().mkdir(parents=True, exist_ok=True)
     loadavg_start = os.getloadavg()
-    llama_py = ensure_llama_venv() if "llama.cpp" in args.engines else ""
+    # the llama.cpp bindings' venv; the camera stage runs llama.cpp's own llama-mtmd-cli
+    llama_py = (ensure_llama_venv() if "llama.cpp" in args.engines
+                and set(args.stages) - {"camera"} else "")
     if args.isa == "avx2":   # inherited by every worker process
         os.environ["EDGEVLM_MAX_CPU_ISA"] = "avx2"
     args.llama_bin = (ensure_tools(["llama-bench"], args.isa)
                       if "llama-bench" in args.engines else "")
+    args.mtmd_bin = (ensure_tools([stage_camera.MTMD], "native")
+                     if "camera" in args.stages and "llama.cpp" in args.engines else "")
     checkpoint = ensure_checkpoint(args.edgevlm_python)
     stage_types = args.stage_type if set(args.stages) - {"engine"} else None
     ggufs = {t: ensure_gguf(args.edgevlm_python, checkpoint, t, args.reconvert)
@@ -216,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
             for engine, e in t["engines"].items():
                 versions[engine] = e["version"]
                 versions[f"{engine} build"] = e["build"].strip()
+        for name, v in stages.get("camera", {}).get("versions", {}).items():
+            versions.setdefault(name, v)
         if "llama-bench" in versions:
             versions["llama-bench"] += f" ({args.isa} build, tools/llamacpp_tools.py)"
         if "llama.cpp" in versions:
@@ -244,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
         elif stage == "ttft":
             stages["ttft"] = stage_ttft.run_ttft(args.stage_type, ggufs[args.stage_type], args,
                                                  llama_py)
+        elif stage == "camera":
+            stages["camera"] = stage_camera.run_camera(args.stage_type, ggufs[args.stage_type],
+                                                       args, llama_py)
         elif stage == "cold":
             stages["cold"] = stage_cold.run_cold(args.stage_type, ggufs[args.stage_type], args,
                                                  llama_py)

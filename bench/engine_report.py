@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import stage_camera
 import stage_cold
 import stage_threads
 import stage_ttft
@@ -81,10 +82,12 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def stage_sections(report: dict[str, Any]) -> list[str]:
-    """The ttft / cold / threads stages' tables, for those that ran."""
+    """The ttft / camera / cold / threads stages' tables, for those that ran."""
     lines: list[str] = []
     if report.get("ttft"):
         lines += stage_ttft.markdown(report["ttft"])
+    if report.get("camera"):
+        lines += stage_camera.markdown(report["camera"])
     if report.get("cold"):
         lines += stage_cold.markdown(report["cold"])
     if report.get("threads"):
@@ -102,7 +105,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
 
     if report["types"]:
         _plot_engine(report, path, plt)
-    if any(report.get(s) for s in ("ttft", "cold", "threads")):
+    if any(report.get(s) for s in ("ttft", "camera", "cold", "threads")):
         _plot_stages(report, stages_png(path), plt)
 
 
@@ -114,6 +117,8 @@ def _plot_stages(report: dict[str, Any], path: Path, plt: Any) -> None:
     panels: list[Any] = []
     if report.get("ttft"):
         panels.append(lambda ax: stage_ttft.draw(ax, report["ttft"]))
+    if report.get("camera"):
+        panels.append(lambda ax: stage_camera.draw(ax, report["camera"]))
     if report.get("cold"):
         panels.append(lambda ax: stage_cold.draw(ax, report["cold"]))
     scaling = report.get("threads")

@@ -11,7 +11,8 @@ one JSON line on a private copy of stdout (fd 1 itself is pointed at stderr, so 
 native code prints cannot corrupt the protocol). Requests: ``{"op": OP}`` with OP one of
 ``ppN`` / ``tgN`` / ``vitS`` (timed prefill, decode, vision encode), ``ttft`` / ``ttft_hit``
 (a whole image + question request up to its first token; ``ttft_hit`` edgevlm only),
-``mem`` and ``quit``.
+``camera`` / ``cameraN`` (edgevlm: the camera stage's snapshot + prompt -> 40 tokens, at the
+daemon's pixel budget or with ``max_pixels`` N), ``mem`` and ``quit``.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ class _Worker:
             return res
         if op in ("ttft", "ttft_hit"):
             return self.ttft(hit=op == "ttft_hit")
+        if op.startswith("camera"):
+            return self.camera(op)
         raise ValueError(f"unknown op {op!r}")
 
     def ttft(self, hit: bool) -> dict[str, Any]:
@@ -68,6 +71,10 @@ class _Worker:
 
     def answer(self, user_text: str, max_tokens: int) -> dict[str, Any]:
         raise ValueError(f"{type(self).__name__} has no chat path")
+
+    def camera(self, op: str) -> dict[str, Any]:
+        raise ValueError(f"{type(self).__name__} has no camera path (llama.cpp's is "
+                         "llama-mtmd-cli, run by stage_camera.py)")
 
     @staticmethod
     def _timed(fn: Any, n: int) -> dict[str, Any]:
@@ -210,6 +217,52 @@ class _EdgevlmWorker(_Worker):
                 "image_tokens": result.vision_tokens, "encoder_calls": calls,
                 "cache_hit": cache_hit, "cache_hits_total": cache.stats().hits,
                 "question_tokens": len(self.engine.tokenizer.encode(TTFT_QUESTION))}
+
+    def camera(self, op: str) -> dict[str, Any]:
+        """The camera stage's request through ``Engine.generate``: the snapshot as base64
+        (as a camera frame reaches the engine), the daemon's camera prompt, greedy, exactly
+        ``ANSWER_TOKENS`` tokens (the stop checker is given no EOS ids for this call), no
+        vision cache; ``cameraN``: ``mm_processor_kwargs.max_pixels`` N (a per-camera pixel
+        budget). Decode = first sampled token -> last (``ANSWER_TOKENS - 1`` steps)."""
+        from stage_camera import (
+            ANSWER_TOKENS,
+            SNAPSHOT_SIZE,
+            camera_prompt,
+            max_pixels_of,
+            snapshot_jpeg,
+        )
+
+        from edgevlm.engine.stopping import StopChecker
+        from edgevlm.vision.sizing import image_tokens, pixel_bounds
+
+        eng = self.engine
+        px = max_pixels_of(op)
+        messages = [{"role": "user", "content": [
+            {"type": "image", "image": {"b64": base64.b64encode(snapshot_jpeg()).decode()}},
+            {"type": "text", "text": camera_prompt()}]}]
+        extra = {"mm_processor_kwargs": {"max_pixels": px}} if px else {}
+        saved_cache, eng.cache = eng.cache, None
+        eng.stop_checker = lambda stop: StopChecker(  # type: ignore[method-assign]
+            eng.tokenizer, frozenset(), stop)
+        try:
+            cpu0, t0 = time.process_time(), time.perf_counter()
+            result = eng.generate(messages, max_tokens=ANSWER_TOKENS, temperature=0.0, **extra)
+            wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        finally:
+            del eng.stop_checker   # the class's method again
+            eng.cache = saved_cache
+        if len(result.tokens) != ANSWER_TOKENS or result.finish_reason != "length":
+            raise RuntimeError(f"the camera answer has {len(result.tokens)} tokens "
+                               f"({result.finish_reason}), expected {ANSWER_TOKENS}")
+        lo, hi = pixel_bounds(eng.family, eng.max_pixels, eng.min_pixels, px)
+        sized = image_tokens(*SNAPSHOT_SIZE, eng.family, lo, hi)
+        m = result.metrics
+        return {"ms": wall * 1e3, "cpu_ms": cpu * 1e3, "engine_total_ms": m["total_ms"],
+                "media_ms": m["media_ms"], "encode_ms": m["encode_ms"],
+                "prefill_ms": m["prefill_ms"], "ttft_ms": m["ttft_ms"],
+                "decode_ms": m["total_ms"] - m["ttft_ms"], "prompt_tokens": result.prompt_tokens,
+                "image_tokens": result.vision_tokens, "answer_tokens": len(result.tokens),
+                "max_pixels": hi, "resized": f"{sized.resized_width}×{sized.resized_height}"}
 
 
 class _LlamaWorker(_Worker):
