@@ -13,7 +13,10 @@ One command does everything, reusing what earlier runs left in ``~/.cache/edgevl
 1. the random-weight 2B-shaped checkpoint (``tools/make_2b_model.py``; 4.3 GB bf16);
 2. ``edgevlm convert`` of it at each type into ``gguf-<type>/{model,mmproj}.gguf``;
    the vision tower is stored as Q8_0 with ``q8_0``, F16 with ``q4_0`` (llama.cpp has no Q4_0
-   vision path; F16 is what published mmproj files use) and BF16 with ``bf16``;
+   vision path; F16 is what published mmproj files use) and BF16 with ``bf16``; the K-quant
+   mixes (``q4_k_m``, ``q5_k_m``, ``q6_k``, ``q3_k_m``, ``iq4_xs``) with F16; ``lq-<type>``
+   (``lq-q4_0``, ``lq-q4_k_m``, ...) is llama.cpp's own ``llama-quantize <TYPE>`` of the BF16
+   text file (its mix: e.g. its Q4_0 keeps the output matrix at Q6_K) with the F16 tower;
 3. the llama.cpp peer: ``llama-cpp-python`` (pinned below) compiled from source with
    ``CMAKE_ARGS=-DGGML_NATIVE=ON`` into its own venv ``venv-llamacpp`` (plus matplotlib for the
    plot), so the project venv stays clean. The first build takes ~30 min on 2 cores;

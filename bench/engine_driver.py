@@ -23,6 +23,9 @@ PEERS = ENGINES[2:]
 VISION_TYPE = {"q8_0": "q8_0", "q4_0": "f16", "bf16": "bf16", "f16": "f16", "f32": "f32",
                "q4_k_m": "f16", "q5_k_m": "f16", "q6_k": "f16", "q3_k_m": "f16",
                "iq4_xs": "f16"}
+# lq-<type>: llama-quantize's own file of that type (engine_setup.py), the F16 tower
+VISION_TYPE.update({f"lq-{t}": "f16" for t in ("q4_0", "q8_0", "q4_k_m", "q5_k_m", "q6_k",
+                                               "iq4_xs")})
 WORKER_SCRIPT = Path(__file__).resolve().parent / "engine_workers.py"
 
 

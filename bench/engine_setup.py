@@ -17,6 +17,8 @@ from engine_common import REPO, cache_root, llama_python, log
 from engine_driver import VISION_TYPE
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+# --types lq-<type>: the text file written by llama.cpp's own llama-quantize (its mix)
+LLAMA_QUANTIZE_PREFIX = "lq-"
 LLAMA_CMAKE_ARGS = "-DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
 
 
@@ -71,6 +73,8 @@ def ensure_gguf(python: str, checkpoint: Path, qtype: str, reconvert: bool) -> P
     if marker.is_file() and not reconvert:
         return out
     marker.unlink(missing_ok=True)
+    if qtype.startswith(LLAMA_QUANTIZE_PREFIX):
+        return _llama_quantize_pair(python, checkpoint, qtype, reconvert, out)
     vtype = VISION_TYPE[qtype]
     log(f"converting to {qtype} (vision {vtype}) into {out}")
     t0 = time.perf_counter()
@@ -79,6 +83,30 @@ def ensure_gguf(python: str, checkpoint: Path, qtype: str, reconvert: bool) -> P
     marker.write_text(json.dumps({"type": qtype, "vision_type": vtype,
                                   "converted": time.ctime()}) + "\n")
     log(f"converted in {time.perf_counter() - t0:.0f} s")
+    return out
+
+
+def _llama_quantize_pair(python: str, checkpoint: Path, qtype: str, reconvert: bool,
+                         out: Path) -> Path:
+    """``lq-<type>``: llama.cpp's own ``llama-quantize <type>`` of our BF16 text file (its mix:
+    e.g. its Q4_0 keeps the output matrix at Q6_K), beside our BF16 pair's F16 mmproj."""
+    src = ensure_gguf(python, checkpoint, "bf16", reconvert)
+    vision = ensure_gguf(python, checkpoint, "q4_0", reconvert)   # the F16 mmproj
+    bin_dir = Path(ensure_tools(["llama-quantize"], "native"))
+    out.mkdir(parents=True, exist_ok=True)
+    ftype = qtype[len(LLAMA_QUANTIZE_PREFIX):].upper()
+    log(f"llama-quantize {ftype} of {src / 'model.gguf'} into {out}")
+    t0 = time.perf_counter()
+    with open(cache_root() / "llama-quantize.log", "a") as fh:
+        subprocess.run([str(bin_dir / "llama-quantize"), str(src / "model.gguf"),
+                        str(out / "model.gguf"), ftype, str(os.cpu_count() or 2)],
+                       check=True, stdout=fh, stderr=subprocess.STDOUT)
+    mmproj = out / "mmproj.gguf"
+    mmproj.unlink(missing_ok=True)
+    os.symlink(vision / "mmproj.gguf", mmproj)
+    (out / ".complete").write_text(json.dumps({"type": qtype, "by": "llama-quantize",
+                                               "converted": time.ctime()}) + "\n")
+    log(f"quantised in {time.perf_counter() - t0:.0f} s")
     return out
 
 
