@@ -3,16 +3,16 @@
  *
  * ev_matmul: Y[n_tok][n_out] = X[n_tok][n_in] . W[n_out][n_in]^T (+ bias).
  *  1. For quantised weights and fewer than EV_MATMUL_FLOAT_MIN_TOK tokens (or
- *     EV_MATMUL_INT_MIN_TOK, Q4_K/Q5_K: EV_MATMUL_INT_MIN_TOK_K, where the set has integer
- *     products) the activations are
- *     quantised once, into scratch (tokens split across the pool when there are several), to
- *     the weight type's vec_dot_type (types.h): Q8_0 blocks with their scales also as float32
- *     (Q8_0/Q4_0/IQ4_NL), or Q8_K super-blocks (the K-quants, IQ4_XS). From that many tokens
- *     on, every weight type runs the kernel set's gemm_dq on the float32 activations, except
- *     where the set has integer products for Q8_0/Q4_0 weights (gemm_q8x: activations
- *     quantised as for decode, with each block's sum; else gemm_q16x: activations as int16
- *     blocks) or for Q4_K/Q5_K (gemm_q16x, int16 blocks with each block's sum for the mins),
- *     or a bf16 product for BF16 weights (gemm_bf16x).
+ *     EV_MATMUL_INT_MIN_TOK, Q4_K/Q5_K/IQ4_XS/Q6_K: EV_MATMUL_INT_MIN_TOK_K, where the set
+ *     has integer products) the activations are quantised once, into scratch (tokens split
+ *     across the pool when there are several), to the weight type's vec_dot_type (types.h):
+ *     Q8_0 blocks with their scales also as float32 (Q8_0/Q4_0/IQ4_NL), or Q8_K super-blocks
+ *     (the K-quants, IQ4_XS). From that many tokens on, every weight type runs the kernel
+ *     set's gemm_dq on the float32 activations, except where the set has integer products
+ *     for Q8_0/Q4_0 weights (gemm_q8x: activations quantised as for decode, with each block's
+ *     sum; else gemm_q16x: activations as int16 blocks), for Q4_K/Q5_K (gemm_q16x, int16
+ *     blocks with each block's sum for the mins) or IQ4_XS/Q6_K (gemm_q16x, int16 blocks), or
+ *     a bf16 product for BF16 weights (gemm_bf16x).
  *  2. The pool splits the output rows into one contiguous chunk per thread, in multiples of
  *     16 rows (64 bytes of every output row: no two threads write one cache line when n_out is
  *     a multiple of 16). Each thread streams its weight rows once per token block.
@@ -142,11 +142,13 @@ static size_t quant_bytes(int64_t n_in, int64_t n_tok, int wide) {
 
 /* From how many tokens on a kernel set may multiply weights of type t on integer
  * activations (0: never): those whose vec_dot_type is Q8_0 (gemm_q8x, gemm_q16x) from
- * EV_MATMUL_INT_MIN_TOK, the K-quants of 32-element sub-blocks with a min (gemm_q16x) from
- * EV_MATMUL_INT_MIN_TOK_K. Their scratch holds the activations too. */
+ * EV_MATMUL_INT_MIN_TOK, Q4_K/Q5_K/IQ4_XS/Q6_K (gemm_q16x) from EV_MATMUL_INT_MIN_TOK_K.
+ * Their scratch holds the activations too (int16 blocks, scales and sums). */
 static int64_t int_min_tok(const ev_type_traits *t) {
     if (t->vec_dot_type == EV_TYPE_Q8_0) return EV_MATMUL_INT_MIN_TOK;
-    if (t->type == EV_TYPE_Q4_K || t->type == EV_TYPE_Q5_K) return EV_MATMUL_INT_MIN_TOK_K;
+    if (t->type == EV_TYPE_Q4_K || t->type == EV_TYPE_Q5_K || t->type == EV_TYPE_IQ4_XS ||
+        t->type == EV_TYPE_Q6_K)
+        return EV_MATMUL_INT_MIN_TOK_K;
     return 0;
 }
 
@@ -175,7 +177,7 @@ typedef enum quant_kind {
     QUANT_Q8_0,          /* Q8_0 blocks + float scales (decode-sized products) */
     QUANT_Q8_0_SUMS,     /* + each block's int32 sum (gemm_q8x) */
     QUANT_I16,           /* int16 blocks of 32 + float scales (gemm_q16x) */
-    QUANT_I16_SUMS,      /* + each block's int32 sum (gemm_q16x of Q4_K/Q5_K) */
+    QUANT_I16_SUMS,      /* + each block's int32 sum (gemm_q16x of Q4_K/Q5_K: the mins) */
     QUANT_Q8_K           /* Q8_K super-blocks (decode-sized products of Q8_K-dot weights) */
 } quant_kind;
 
@@ -248,6 +250,7 @@ int ev_matmul(ev_pool *pool, const ev_kernels *k, int32_t wtype, const void *w,
     /* integer products only for the types the scratch has room for (int_min_tok);
      * gemm_q8x takes Q8_0 activations: only for the Q8_0-dot types */
     const int q8_0_act = t->vec_dot_type == EV_TYPE_Q8_0;
+    const int mins = t->type == EV_TYPE_Q4_K || t->type == EV_TYPE_Q5_K;   /* gemm_q16x: x_sum */
     const int64_t int_from = int_min_tok(t);
     if (q8_0_act && k->gemm_q8x[wtype]) j.int_gemm = k->gemm_q8x[wtype];
     else if (int_from > 0 && k->gemm_q16x[wtype] && k->quantize_i16)
@@ -256,8 +259,8 @@ int ev_matmul(ev_pool *pool, const ev_kernels *k, int32_t wtype, const void *w,
     if (!j.many) j.int_gemm = NULL;
     if (j.int_gemm) {
         const quant_kind kind = q8_0_act && k->gemm_q8x[wtype] ? QUANT_Q8_0_SUMS
-                                : q8_0_act                     ? QUANT_I16
-                                                               : QUANT_I16_SUMS;
+                                : mins                         ? QUANT_I16_SUMS
+                                                               : QUANT_I16;
         j.a.pack = scratch;                    /* threads pack; the activations follow */
         quantize_into(&j, p, (uint8_t *)scratch + sizeof(float) * (size_t)EV_GEMM_PACK_FLOATS *
                                                       (size_t)ev_pool_n_threads(pool),

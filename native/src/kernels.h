@@ -111,10 +111,10 @@ typedef struct ev_kernels {
      * every type dequantised exactly, float sums. ev_matmul uses it from
      * EV_MATMUL_FLOAT_MIN_TOK tokens on, in every kernel set (it must not be NULL). */
     ev_gemm_fn gemm_dq[EV_TYPE_MAX + 1];
-    /* Many-token products of Q8_0/Q4_0 (gemm_q16x also Q4_K/Q5_K) weights on integer
-     * activations, where the CPU has integer dot products that outrun float FMAs (AVX-512
-     * VNNI); ev_matmul prefers them to gemm_dq from EV_MATMUL_INT_MIN_TOK tokens on (Q4_K/
-     * Q5_K: EV_MATMUL_INT_MIN_TOK_K; pack:
+    /* Many-token products of Q8_0/Q4_0 (gemm_q16x also Q4_K/Q5_K/IQ4_XS/Q6_K) weights on
+     * integer activations, where the CPU has integer dot products that outrun float FMAs
+     * (AVX-512 VNNI); ev_matmul prefers them to gemm_dq from EV_MATMUL_INT_MIN_TOK tokens on
+     * (Q4_K/Q5_K/IQ4_XS/Q6_K: EV_MATMUL_INT_MIN_TOK_K; pack:
      * this thread's EV_GEMM_PACK_FLOATS buffer). NULL: gemm_dq.
      *  gemm_q16x: x = [n_tok][n_in/32][32] int16 from quantize_i16, x_scale their scales
      *             (Q4_K/Q5_K: and x_sum); within ~1e-5 of gemm_dq (the default sets).
@@ -135,12 +135,13 @@ typedef struct ev_kernels {
  * the weight type's vec_dot_type (Q8_0 or Q8_K: ggml's arithmetic, memory-bound anyway). */
 #define EV_MATMUL_FLOAT_MIN_TOK 16
 /* Sets with integer products (gemm_q16x / gemm_q8x for weights whose vec_dot_type is Q8_0,
- * gemm_q16x for Q4_K/Q5_K: activations in blocks of 32 either way) use them from this
+ * gemm_q16x for Q4_K/Q5_K/IQ4_XS/Q6_K: activations in blocks of 32 either way) use them from this
  * many tokens on: the weights are read once either way, and the integer micro-kernel beats
  * the few-token tiles from 4 tokens (a 14-token chat prompt on the 2B Q8_0 model: 443 ms with
  * the tiles, 357 ms for 16 tokens through gemm_q16x, AVX-512 host, 2026-12-01). */
 #define EV_MATMUL_INT_MIN_TOK 4
-/* The same for Q4_K/Q5_K (gemm_q16x), whose few-token products otherwise run the Q8_K tiles:
+/* The same for Q4_K/Q5_K (and IQ4_XS/Q6_K: same tiles, same loop), whose few-token products
+ * otherwise run the Q8_K tiles:
  * at 4 tokens those were 10-25 % faster on the 2B's 2048x6144 / 6144x2048 projections, at 6
  * even, at 8 gemm_q16x 15-20 % faster (AVX-512 host, 1 and 2 threads, 2026-12-02; a shared
  * machine, so +-10 %). */
@@ -184,8 +185,8 @@ const ev_kernels *ev_kernels_arm_neon_plain(void);  /* NEON without SDOT (tests,
  * Quantised weights: fewer than EV_MATMUL_FLOAT_MIN_TOK tokens run against the activations
  * quantised to the weight type's vec_dot_type (Q8_0 for Q8_0/Q4_0/IQ4_NL, Q8_K for the
  * K-quants and IQ4_XS), more against the float32 activations (see gemm_dq), or, for Q8_0/Q4_0,
- * against int16 / Q8_0 ones where the kernel set has gemm_q16x / gemm_q8x (Q4_K/Q5_K: int16,
- * gemm_q16x; from EV_MATMUL_INT_MIN_TOK_K tokens on). */
+ * against int16 / Q8_0 ones where the kernel set has gemm_q16x / gemm_q8x (Q4_K/Q5_K/IQ4_XS/
+ * Q6_K: int16, gemm_q16x; from EV_MATMUL_INT_MIN_TOK_K tokens on). */
 /* Never skips silently: a kernel k lacks for wtype (a hand-made set with NULL entries) runs
  * the scalar set's. Returns 0, or -1 for arguments no set can multiply (a type outside the
  * type table, n_in not whole blocks, a NULL operand, a size <= 0); y (when it and the sizes

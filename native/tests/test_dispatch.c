@@ -262,13 +262,14 @@ static void test_tables_complete(const ev_kernels *sets[], int n_sets) {
                       tr->name, ev_act_type_get(tr->vec_dot_type)->name);
             /* and only the weights whose integer products are tested against the scalar
              * ones (test_kernels.c, test_kquants_simd.c) have them: Q8_0/Q4_0, and for
-             * gemm_q16x Q4_K/Q5_K (the m term from the int16 activation sums; ev_matmul's
-             * scratch holds those only for these types). Q4_1/Q5_1 take Q8_0 activations
-             * too, but none of them computes their m term. */
+             * gemm_q16x Q4_K/Q5_K (the m term from the int16 activation sums) and IQ4_XS/
+             * Q6_K (ev_matmul's scratch holds int16 activations only for these types).
+             * Q4_1/Q5_1 take Q8_0 activations too, but none of them computes their m term. */
             CHECK_MSG(tr->type == EV_TYPE_Q8_0 || tr->type == EV_TYPE_Q4_0 ||
                       (!k->gemm_q8x[tr->type] &&
                        (!k->gemm_q16x[tr->type] || tr->type == EV_TYPE_Q4_K ||
-                        tr->type == EV_TYPE_Q5_K)),
+                        tr->type == EV_TYPE_Q5_K || tr->type == EV_TYPE_IQ4_XS ||
+                        tr->type == EV_TYPE_Q6_K)),
                       "%s claims an integer product for %s: test it against the scalar one",
                       k->name, tr->name);
             CHECK_MSG(tr->type == EV_TYPE_BF16 || !k->gemm_bf16x[tr->type],

@@ -485,19 +485,23 @@ static void test_matmul_sets_agree_and_null_pool(void) {
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q8_0, 4096, 512, 2) >= 128 * 15 * 38);
     /* the many-token integer products' activations (int16 blocks + scales) after the packs */
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q8_0, 4096, 512, 2) >= 2 * pack + 128 * 512 * 68);
-    /* Q8_K-dot types: decode-sized products hold n_tok rows of n_in/256 Q8_K blocks; Q6_K
+    /* Q8_K-dot types: decode-sized products hold n_tok rows of n_in/256 Q8_K blocks; Q3_K
      * has no integer products, so no packs below EV_MATMUL_FLOAT_MIN_TOK and no activations
-     * beside them; Q4_K/Q5_K may (gemm_q16x): packs + int16 blocks, scales and sums from
-     * EV_MATMUL_INT_MIN_TOK_K tokens on */
+     * beside them; Q4_K/Q5_K/IQ4_XS/Q6_K may (gemm_q16x): packs + int16 blocks, scales and
+     * sums from EV_MATMUL_INT_MIN_TOK_K tokens on */
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q4_K, 4096, EV_MATMUL_INT_MIN_TOK_K - 1, 2) >=
               16 * (EV_MATMUL_INT_MIN_TOK_K - 1) * 292 &&
           ev_matmul_scratch_bytes(EV_TYPE_Q4_K, 4096, EV_MATMUL_INT_MIN_TOK_K - 1, 2) < pack);
-    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q6_K, 4096, 15, 2) >= 16 * 15 * 292 &&
-          ev_matmul_scratch_bytes(EV_TYPE_Q6_K, 4096, 15, 2) < pack);
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q3_K, 4096, 15, 2) >= 16 * 15 * 292 &&
+          ev_matmul_scratch_bytes(EV_TYPE_Q3_K, 4096, 15, 2) < pack);
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q4_K, 4096, EV_MATMUL_INT_MIN_TOK_K, 2) >=
           2 * pack + 128 * EV_MATMUL_INT_MIN_TOK_K * 72);
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q5_K, 4096, 512, 2) >= 2 * pack + 128 * 512 * 72);
-    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q6_K, 4096, 16, 2) == 2 * pack);
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_IQ4_XS, 4096, EV_MATMUL_INT_MIN_TOK_K, 2) >=
+          2 * pack + 128 * EV_MATMUL_INT_MIN_TOK_K * 68);
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q6_K, 4096, EV_MATMUL_INT_MIN_TOK_K - 1, 2) < pack);
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q6_K, 4096, 512, 2) >= 2 * pack + 128 * 512 * 68);
+    CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q3_K, 4096, 16, 2) == 2 * pack);
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q4_K, 4000, 1, 1) == SIZE_MAX);   /* not whole blocks */
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_Q4_0, 33, 1, 1) == SIZE_MAX);
     CHECK(ev_matmul_scratch_bytes(EV_TYPE_F32, 64, 512, 0) == SIZE_MAX);

@@ -4,7 +4,7 @@
  * the panel dequantisers of gemm_dq bit for bit against to_float, ev_matmul at 1, 3, 15
  * (Q8_K activations) and 20 tokens (gemm_dq on float activations; sets with gemm_q16x for
  * the type: int16 activations from EV_MATMUL_INT_MIN_TOK_K tokens on), and gemm_q16x of
- * Q4_K/Q5_K on adversarial blocks against a double-precision reference.
+ * Q4_K/Q5_K/IQ4_XS/Q6_K on adversarial blocks against a double-precision reference.
  *
  * The SIMD dots' tolerance: (terms + 32) * 2^-23 * (sum|d-part products| + |dmin-part
  * products|) (terms = 16-element groups for a dot, n_in for ev_matmul): the integer block
@@ -307,21 +307,45 @@ static void test_simd_matmul_matches_scalar(void) {
     ev_pool_free(pool);
 }
 
-/* gemm_q16x of Q4_K/Q5_K in every set that has it against a double dot of the dequantised
- * weights and the int16-rounded activations, plus the bias: 53 rows (a full and a partial
- * 48-row panel), 1280 columns (40 blocks: K chunks of 16, 16, 8), 8, 16 and 21 tokens (the
- * few-token start of the integer products, EV_MATMUL_FLOAT_MIN_TOK, a 1-token tail tile),
- * 1 and 2 threads. Super-blocks: random bytes, d = 0, dmin = 0, both 0, every byte 0xff
- * (scales and mins 63, q = 15 or 31: the largest int32 sums), 0x00 and 0x0f; activation
- * blocks random, and all +-amax (every int16 +-32767: |sum x| at its largest). Tolerance:
- * (blocks + 32) x 2^-23 of the split magnitude (|d-part x| + |dmin-part x|): the int32 block
- * sums are exact, only per-block float products and sums round (~1e-5 of it here). */
+/* Q6_K / IQ4_XS super-block b with extreme sub-block scales: Q6_K's 16 int8 scales
+ * alternately -128 and 127 (the two halves of each block of 32 of opposite sign), IQ4_XS's
+ * 6-bit scales 0 (ls - 32 = -32); with zero_q every quant byte 0 too (Q6_K q - 32 = -32,
+ * IQ4_XS kvalues[0] = -127: the largest int32 sums of these scales). */
+static void extreme_scales(int32_t type, uint8_t *blk, int zero_q) {
+    if (type == EV_TYPE_Q6_K) {
+        ev_block_q6_K *b = (ev_block_q6_K *)(void *)blk;
+        for (int i = 0; i < 16; i++) b->scales[i] = (int8_t)(i % 2 ? 127 : -128);
+        if (zero_q) {
+            memset(b->ql, 0, sizeof b->ql);
+            memset(b->qh, 0, sizeof b->qh);
+        }
+    } else {
+        ev_block_iq4_xs *b = (ev_block_iq4_xs *)(void *)blk;
+        b->scales_h = 0;
+        memset(b->scales_l, 0, sizeof b->scales_l);
+        if (zero_q) memset(b->qs, 0, sizeof b->qs);
+    }
+}
+
+/* gemm_q16x of Q4_K/Q5_K/IQ4_XS/Q6_K in every set that has it against a double dot of the
+ * dequantised weights and the int16-rounded activations, plus the bias: 53 rows (a full and
+ * a partial 48-row panel), 1280 columns (40 blocks: K chunks of 16, 16, 8), 8, 16 and 21
+ * tokens (the few-token start of the integer products, EV_MATMUL_FLOAT_MIN_TOK, a 1-token
+ * tail tile), 1 and 2 threads. Super-blocks: random bytes, d = 0, every byte 0xff (Q4_K/
+ * Q5_K scales and mins 63, q = 15 or 31: the largest int32 sums; Q6_K q = 63 at scale -1,
+ * IQ4_XS kvalues[15] at ls = 63), 0x00 and 0x0f; Q4_K/Q5_K dmin = 0 and both 0, Q6_K/IQ4_XS
+ * extreme scales (extreme_scales) on random and on zero quants. Activation blocks random,
+ * and all +-amax (every int16 +-32767: |sum x| at its largest). Tolerance: (scale groups +
+ * 32) x 2^-23 of the split magnitude (|d-part x| + |dmin-part x|): the int32 sums of a group
+ * (32 columns, Q6_K 16) are exact, only per-group float products and sums round (~1e-5 of
+ * it here). */
 static void test_k_q16x_adversarial_blocks(void) {
     const ev_kernels *sets[MAX_SETS];
     const int n_sets = simd_sets(sets);
     enum { N_OUT = 53, N_IN = 1280, MAX_TOK = 21, NSB = N_IN / 256 };
     const int64_t toks[] = {EV_MATMUL_INT_MIN_TOK_K, EV_MATMUL_FLOAT_MIN_TOK, MAX_TOK};
-    const int32_t types[] = {EV_TYPE_Q4_K, EV_TYPE_Q5_K};
+    const int32_t types[] = {EV_TYPE_Q4_K, EV_TYPE_Q5_K, EV_TYPE_IQ4_XS, EV_TYPE_Q6_K};
+    int tested[4] = {0};
     ev_pool *pools[2] = {NULL, ev_pool_new(2)};
     float *x = malloc(sizeof(float) * MAX_TOK * N_IN), *xr = malloc(sizeof(float) * MAX_TOK * N_IN);
     float *y = malloc(sizeof(float) * N_OUT * MAX_TOK), *bias = malloc(sizeof(float) * N_OUT);
@@ -335,7 +359,6 @@ static void test_k_q16x_adversarial_blocks(void) {
                                                                   : tu_gaussian(&seed);
         }
     round_i16(x, xr, MAX_TOK * N_IN);
-    int tested = 0;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const ev_type_traits *t = ev_type_get(types[ti]);
         const int64_t rb = ev_row_bytes(t->type, N_IN);
@@ -346,9 +369,15 @@ static void test_k_q16x_adversarial_blocks(void) {
                 const int kind = (r + 3 * s) % 7;
                 blocks_random(t, blk, 1, kind < 4 ? kind : 0);   /* bytes, then d, dmin */
                 const ev_fp16 zero = ev_f32_to_fp16(0.0f);
+                if (t->scale_at[1] < 0) {   /* no dmin: d = 0, or extreme sub-block scales */
+                    if (kind == 4) memcpy(blk + t->scale_at[0], &zero, 2);
+                    if (kind >= 5) extreme_scales(t->type, blk, kind == 6);
+                    continue;
+                }
                 if (kind == 4 || kind == 6) memcpy(blk + t->scale_at[0], &zero, 2);  /* d */
                 if (kind == 5 || kind == 6) memcpy(blk + t->scale_at[1], &zero, 2);  /* dmin */
             }
+        const int groups = N_IN / (t->type == EV_TYPE_Q6_K ? 16 : 32);   /* scale groups */
         double want[MAX_TOK][N_OUT], tol[MAX_TOK][N_OUT];
         for (int r = 0; r < N_OUT; r++) {
             ev_row_to_f32(t->type, w + r * rb, wf, N_IN);
@@ -356,7 +385,7 @@ static void test_k_q16x_adversarial_blocks(void) {
                 double v = bias[r];
                 for (int i = 0; i < N_IN; i++) v += (double)wf[i] * xr[tk * N_IN + i];
                 want[tk][r] = v;
-                tol[tk][r] = (N_IN / 32 + 32) * ldexp(1.0, -23) *
+                tol[tk][r] = (groups + 32) * ldexp(1.0, -23) *
                                  (dot_magnitude(t, w + r * rb, xr + tk * N_IN, N_IN) + fabsf(bias[r])) + 1e-30;
             }
         }
@@ -381,15 +410,18 @@ static void test_k_q16x_adversarial_blocks(void) {
                     CHECK_MSG(st == 0 && bad == 0, "%s gemm_q16x %s, %lld tokens, %s: status %d, %d off",
                               sets[si]->name, t->name, (long long)nt, pools[pi] ? "2 threads" : "1 thread",
                               st, bad);
-                    tested++;
+                    tested[ti]++;
                     free(scratch);
                 }
         }
         free(w);
     }
 #if defined(__x86_64__)
-    /* an AVX-512 VNNI host must have run it (this machine's issue 26) */
-    if (ev_kernels_x86_avx512()) CHECK(tested > 0);
+    /* an AVX-512 VNNI host must have run every type's (this machine's issue 26) */
+    if (ev_kernels_x86_avx512())
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+            CHECK_MSG(tested[ti] > 0, "gemm_q16x %s did not run on an AVX-512 VNNI host",
+                      ev_type_get(types[ti])->name);
 #endif
     free(x); free(xr); free(y); free(bias); free(wf);
     ev_pool_free(pools[1]);

@@ -236,7 +236,7 @@ def prompt_tokens(out: Path) -> np.ndarray:
 
 
 def text_logits(out: Path, tokens: np.ndarray) -> np.ndarray:
-    """The prompt's logits [n, vocab] (prefill: matrices dequantised into float panels), then
+    """The prompt's logits [n, vocab] (prefill: float panels, or int16 activations on AVX-512), then
     one decoded token's [1, vocab] (decode: dot products against Q8_K / Q8_0 activations)."""
     session = NativeSession(NativeModel(find_model_files(out)), n_ctx=128, n_threads=2,
                             n_batch=64)
@@ -284,7 +284,10 @@ def test_the_converted_model_answers_and_its_logits_match_its_weights_in_f32(
     rel = float(np.abs(got - ref).max() / np.abs(ref).max())
     print(mix, f"vs its own weights in F32: prefill {rel_same:.2e}, decode {rel_step:.2e}; "
           f"vs the F32 checkpoint {rel:.3f}")
-    assert rel_same < 1e-4, rel_same
+    # prefill on AVX-512 rounds every matrix's activations to int16 blocks (gemm_q16x: Q8_0,
+    # Q4_0, the K-quants but Q2_K/Q3_K, IQ4_XS), independent errors of ~2^-16 a block that
+    # add up over the layers: 8e-5 (q6_k) to 1.1e-4 (q4_k_m) on this model; elsewhere 0
+    assert rel_same < 2e-4, rel_same
     assert rel_step < DECODE_BOUND, rel_step
     assert rel < LOGIT_BOUND[mix], rel
 

@@ -2,12 +2,12 @@
  * x86_avx512.c - the AVX-512 kernel sets: the AVX2 set with the kernels that AVX-512 makes
  * faster put in its place. Chosen when the CPU (and the OS, for the zmm state) has AVX-512
  * F, BW, VL and VNNI: Intel from Ice Lake / Cascade Lake, AMD from Zen 4.
- *  - "avx512-vnni" (the best set): many-token products of Q8_0/Q4_0/Q4_K/Q5_K weights on
- *    int16 activations (vpdpwssd, x86_avx512_qgemm.c), within ~1e-5 of the float products;
- *    decode against F16/BF16 weights on 512-bit vectors (x86_avx512_gemv.c).
+ *  - "avx512-vnni" (the best set): many-token products of Q8_0/Q4_0/Q4_K/Q5_K/IQ4_XS/Q6_K
+ *    weights on int16 activations (vpdpwssd, x86_avx512_qgemm.c), within ~1e-5 of the float
+ *    products; decode against F16/BF16 weights on 512-bit vectors (x86_avx512_gemv.c).
  *  - "avx512-vnni-fast" (EDGEVLM_KERNELS_FAST): llama.cpp's arithmetic for the many-token
- *    products of Q8_0/Q4_0 weights, Q8_0 activations (vpdpbusd; Q4_K/Q5_K keep the int16
- *    ones) and, where the CPU has AVX-512 BF16, bf16 activations for BF16 weights
+ *    products of Q8_0/Q4_0 weights, Q8_0 activations (vpdpbusd; the K-quants and IQ4_XS keep
+ *    the int16 ones) and, where the CPU has AVX-512 BF16, bf16 activations for BF16 weights
  *    (vdpbf16ps, x86_avx512_bf16.c).
  */
 #if defined(__x86_64__)
@@ -27,6 +27,8 @@ static void build(void) {
     AVX512.gemm_q16x[EV_TYPE_Q4_0] = ev_avx512_gemm_q16x_q4_0;
     AVX512.gemm_q16x[EV_TYPE_Q4_K] = ev_avx512_gemm_q16x_q4_K;
     AVX512.gemm_q16x[EV_TYPE_Q5_K] = ev_avx512_gemm_q16x_q5_K;
+    AVX512.gemm_q16x[EV_TYPE_IQ4_XS] = ev_avx512_gemm_q16x_iq4_xs;
+    AVX512.gemm_q16x[EV_TYPE_Q6_K] = ev_avx512_gemm_q16x_q6_K;
     AVX512.gemm[EV_TYPE_F16] = ev_avx512_gemm_f16;
     AVX512.gemm[EV_TYPE_BF16] = ev_avx512_gemm_bf16;
     AVX512_FAST = AVX512;

@@ -63,6 +63,9 @@ void ev_avx512_gemm_q16x_q4_0(const ev_gemm_args *a, int64_t r0, int64_t r1);
 /* Q4_K/Q5_K: int16 activations with each block's exact sum in x_sum */
 void ev_avx512_gemm_q16x_q4_K(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx512_gemm_q16x_q5_K(const ev_gemm_args *a, int64_t r0, int64_t r1);
+/* IQ4_XS/Q6_K: int16 activations, no sums */
+void ev_avx512_gemm_q16x_iq4_xs(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx512_gemm_q16x_q6_K(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx512_gemm_q8x_q8_0(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx512_gemm_q8x_q4_0(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx512_quantize_i16(const float *x, int16_t *q, float *d, int64_t n);

@@ -1,7 +1,7 @@
 /*
- * x86_avx512_qgemm.c - the many-token products of Q8_0/Q4_0 (and, int16 only, Q4_K/Q5_K)
- * weights with AVX-512 VNNI integer dot products. Y[t][r] = X[t] . W[r] (+ bias[r]) for one
- * thread's rows [r0, r1). Two activation widths, one loop nest:
+ * x86_avx512_qgemm.c - the many-token products of Q8_0/Q4_0 (and, int16 only, Q4_K/Q5_K/
+ * IQ4_XS/Q6_K) weights with AVX-512 VNNI integer dot products. Y[t][r] = X[t] . W[r]
+ * (+ bias[r]) for one thread's rows [r0, r1). Two activation widths, one loop nest:
  *  - q16x (int16 activations, vpdpwssd: 32 int16 x int16 products a instruction, twice a
  *    float FMA's): each activation block of 32 rounded to int16 with its own scale
  *    (amax / 32767, a relative error of 2^-16, below float32's sum-order noise at these
@@ -22,6 +22,14 @@
  *    adds pairs, 2 x 31 x 32767, into the accumulator: no intermediate saturation), and
  *    |sum x| <= 32 x 32767 ~ 2^20, exact in float32 too. K chunks of 16 blocks start on
  *    super-blocks (8 blocks), so a chunk's block b lies in its super-block b / 8 at j = b % 8.
+ *  - IQ4_XS (q16x only): sub-block j's value d (ls_j - 32) kvalues[nibble]; the panel holds
+ *    kvalues[nibble] as int16 (a vpshufb of the nibbles; |.| <= 127: |sum q x| <= 133e6 <
+ *    2^31), dw = d (ls_j - 32), no mins term (Q8_0's epilogue).
+ *  - Q6_K (q16x only): a scale per 16 values, value d sc_i (q - 32) with q in 0..63. The
+ *    panel holds q - 32 (|.| <= 32), and per block and row dw = d sc_2j for columns 0..15 and
+ *    dw_hi = d sc_2j+1 for 16..31: the tile applies the epilogue after each half's 8 steps
+ *    (cvt, multiply, FMA, then the int accumulators start again): 2 epilogues beside 16 dot
+ *    instructions, a compile-time variant of its own (the other types' loops unchanged).
  * Reference: the scalar set's products on the same rounded activations (test_kernels.c,
  * test_kquants_simd.c).
  *
@@ -62,21 +70,29 @@
 #define PF_TILES 16             /* tiles over which the next panel's weights are prefetched */
 
 /* The weight layouts the panel packer reads (compile-time constants of the loop nest). */
-enum { W_Q8_0, W_Q4_0, W_Q4_K, W_Q5_K };
-#define IS_K(wt) ((wt) >= W_Q4_K)
-/* bytes of a weight row per 32 columns: a block, or an eighth of a K super-block (K chunks
- * start on super-blocks, so kb * W_BYTES is where block kb's super-block starts) */
-#define W_BYTES(wt) ((wt) == W_Q8_0   ? sizeof(ev_block_q8_0)                               \
-                     : (wt) == W_Q4_0 ? sizeof(ev_block_q4_0)                               \
-                     : (wt) == W_Q4_K ? sizeof(ev_block_q4_K) / 8 : sizeof(ev_block_q5_K) / 8)
-_Static_assert(sizeof(ev_block_q4_K) % 8 == 0 && sizeof(ev_block_q5_K) % 8 == 0,
-               "a K super-block is 8 x W_BYTES");
+enum { W_Q8_0, W_Q4_0, W_Q4_K, W_Q5_K, W_IQ4_XS, W_Q6_K };
+#define IS_K(wt) ((wt) >= W_Q4_K)                           /* 256-element super-blocks */
+#define HAS_MINS(wt) ((wt) == W_Q4_K || (wt) == W_Q5_K)     /* the mw x_sum term */
+#define HALF_SCALES(wt) ((wt) == W_Q6_K)                    /* a scale per 16 columns */
+/* bytes of a weight block of 32, or of a K super-block of 8 such blocks */
+#define W_BLOCK_BYTES(wt) ((wt) == W_Q8_0     ? sizeof(ev_block_q8_0)                       \
+                           : (wt) == W_Q4_0   ? sizeof(ev_block_q4_0)                       \
+                           : (wt) == W_Q4_K   ? sizeof(ev_block_q4_K)                       \
+                           : (wt) == W_Q5_K   ? sizeof(ev_block_q5_K)                       \
+                           : (wt) == W_IQ4_XS ? sizeof(ev_block_iq4_xs) : sizeof(ev_block_q6_K))
+/* where block kb of a weight row starts (K: its super-block; K chunks start on super-blocks,
+ * so kb is then a multiple of 8) */
+#define W_OFFSET(wt, kb) ((size_t)(IS_K(wt) ? (kb) / 8 : (kb)) * W_BLOCK_BYTES(wt))
 _Static_assert(EV_QK_K == 8 * EV_QK, "8 sub-blocks of 32 a super-block");
 
 typedef struct q_panel {
     _Alignas(64) uint8_t wq[PANEL_BYTES];   /* [block][step][group][16 rows][4 bytes] */
-    _Alignas(64) float dw[MAX_KCB][PR];     /* d_w of the block for rows 0..PR-1 (K: d sc_j) */
-    _Alignas(64) float mw[MAX_KCB][PR];     /* K only: -dmin m_j, the weight of sum(x) */
+    _Alignas(64) float dw[MAX_KCB][PR];     /* d_w of the block for rows 0..PR-1 (K: d sc_j;
+                                               Q6_K: of its columns 0..15) */
+    union {
+        _Alignas(64) float mw[MAX_KCB][PR];     /* Q4_K/Q5_K: -dmin m_j, the weight of sum(x) */
+        _Alignas(64) float dw_hi[MAX_KCB][PR];  /* Q6_K: d_w of columns 16..31 */
+    };
 } q_panel;
 _Static_assert(sizeof(q_panel) <= sizeof(float) * EV_GEMM_PACK_FLOATS, "q_panel fits a->pack");
 
@@ -120,10 +136,40 @@ EV_AVX512_INLINE __m512i q16x_half(const uint8_t *a, const uint8_t *b, int h, co
     return _mm512_cvtepi8_epi16(v);
 }
 
-/* Columns 16h..16h+15 of sub-block j of two rows' super-blocks a, b (ev_block_q4_K or
- * ev_block_q5_K) as [a | b] int16 q: the low (j even) or high nibbles of
- * qs[32 (j / 2) + 16 h ..], plus 16 where qh (Q5_K) has bit j of qh[16 h ..]. */
+/* 16 bytes at a + o and b + o as [a | b] */
+EV_AVX512_INLINE __m256i load_pair16(const uint8_t *a, const uint8_t *b, size_t o) {
+    const __m128i lo = _mm_loadu_si128((const __m128i *)(a + o));
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), _mm_loadu_si128((const __m128i *)(b + o)), 1);
+}
+
+/* Columns 16h..16h+15 of sub-block j of two rows' super-blocks a, b as [a | b] int16:
+ *  - Q4_K/Q5_K q: the low (j even) or high nibbles of qs[32 (j / 2) + 16 h ..], plus 16
+ *    where qh (Q5_K) has bit j of qh[16 h ..];
+ *  - IQ4_XS kvalues[nibble]: the low (h = 0) or high nibbles of qs[16 j ..];
+ *  - Q6_K q - 32: sub-block j = 4 c + i (c: which 128 of the super-block) has its low 4 bits
+ *    in the low (i < 2) or high nibbles of ql[64 c + 32 (i % 2) + 16 h ..], its high 2 at bits
+ *    2i..2i+1 of qh[32 c + 16 h ..]. */
 EV_AVX512_INLINE __m512i k_half(const uint8_t *a, const uint8_t *b, int j, int h, const int wt) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    if (wt == W_IQ4_XS) {
+        const __m256i raw = load_pair16(a, b, offsetof(ev_block_iq4_xs, qs) + 16 * (size_t)j);
+        const __m256i nib = _mm256_and_si256(h ? _mm256_srli_epi16(raw, 4) : raw, m4);
+        const __m256i lut =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)ev_iq4nl_values));
+        return _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(lut, nib));
+    }
+    if (wt == W_Q6_K) {
+        const int c = j / 4, i = j % 4;
+        const __m256i ql = load_pair16(a, b, offsetof(ev_block_q6_K, ql) + 64 * (size_t)c +
+                                                 32 * (size_t)(i % 2) + 16 * (size_t)h);
+        const __m256i qh =
+            load_pair16(a, b, offsetof(ev_block_q6_K, qh) + 32 * (size_t)c + 16 * (size_t)h);
+        const __m256i lo = _mm256_and_si256(i >= 2 ? _mm256_srli_epi16(ql, 4) : ql, m4);
+        const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * i)),
+                                            _mm256_set1_epi8(3));
+        const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));   /* 0..63 a byte */
+        return _mm512_cvtepi8_epi16(_mm256_sub_epi8(q, _mm256_set1_epi8(32)));
+    }
     const size_t qs = wt == W_Q4_K ? offsetof(ev_block_q4_K, qs) : offsetof(ev_block_q5_K, qs);
     const size_t o = qs + 32 * (size_t)(j / 2) + 16 * (size_t)h;
     const __m256i raw = _mm256_inserti128_si256(
@@ -143,8 +189,23 @@ EV_AVX512_INLINE __m512i k_half(const uint8_t *a, const uint8_t *b, int j, int h
     return _mm512_cvtepi8_epi16(v);
 }
 
-/* Sub-block j's dw = d sc_j and mw = -dmin m_j of the super-block at s. */
+/* Sub-block j's scales in the super-block at s: Q4_K/Q5_K dw = d sc_j and mw = -dmin m_j;
+ * IQ4_XS dw = d (ls_j - 32); Q6_K dw = d sc_2j (columns 0..15), mw = d sc_2j+1 (16..31). */
 EV_AVX512_INLINE void k_scales(const uint8_t *s, int j, float *dw, float *mw, const int wt) {
+    if (wt == W_IQ4_XS) {
+        const ev_block_iq4_xs *x = (const ev_block_iq4_xs *)(const void *)s;
+        const int ls = ((x->scales_l[j / 2] >> (4 * (j % 2))) & 0x0f) |
+                       (((x->scales_h >> (2 * j)) & 3) << 4);   /* 6 bits */
+        *dw = avx2_fp16(x->d) * (float)(ls - 32);
+        return;
+    }
+    if (wt == W_Q6_K) {
+        const ev_block_q6_K *x = (const ev_block_q6_K *)(const void *)s;
+        const float d = avx2_fp16(x->d);
+        *dw = d * (float)x->scales[2 * j];
+        *mw = d * (float)x->scales[2 * j + 1];
+        return;
+    }
     const ev_block_q4_K *b4 = (const ev_block_q4_K *)(const void *)s;
     const ev_block_q5_K *b5 = (const ev_block_q5_K *)(const void *)s;
     uint8_t sc, m;
@@ -156,16 +217,15 @@ EV_AVX512_INLINE void k_scales(const uint8_t *s, int j, float *dw, float *mw, co
 /* Rows r..r+R-1 (R <= PR; the rest zero weights, zero scales), blocks [kb, kb + n). */
 EV_AVX512_INLINE void panel_pack(q_panel *p, const ev_gemm_args *a, int64_t r, int R,
                                  int64_t kb, int n, const int wt, const int x16) {
-    static const _Alignas(64) uint8_t zero_block[sizeof(ev_block_q5_K)];
-    const size_t bsz = W_BYTES(wt);
+    static const _Alignas(64) uint8_t zero_block[sizeof(ev_block_q6_K)];   /* the largest */
     const int q4 = wt == W_Q4_0;
     const uint8_t *row[PR];
     for (int i = 0; i < PR; i++)
-        row[i] = i < R ? a->w + (r + i) * a->w_stride + (size_t)kb * bsz : NULL;
+        row[i] = i < R ? a->w + (r + i) * a->w_stride + W_OFFSET(wt, kb) : NULL;
     for (int b = 0; b < n; b++) {
-        /* K: block b is sub-block j of the super-block at (b - j) * bsz */
+        /* K: block b is sub-block j of the super-block at W_OFFSET(b) */
         const int j = b & 7;
-        const size_t off = IS_K(wt) ? (size_t)(b - j) * bsz : (size_t)b * bsz + 2;
+        const size_t off = W_OFFSET(wt, b) + (IS_K(wt) ? 0 : 2);
         uint8_t *blk = p->wq + (size_t)b * BLOCK_BYTES(x16);
         for (int g = 0; g < RGM; g++) {
             for (int h = 0; h < (x16 ? 2 : 1); h++) {   /* int16: columns 16h..16h+15 */
@@ -189,7 +249,7 @@ EV_AVX512_INLINE void panel_pack(q_panel *p, const ev_gemm_args *a, int64_t r, i
             }
         } else {
             for (int i = 0; i < PR; i++)
-                p->dw[b][i] = row[i] ? avx2_fp16(*(const ev_fp16 *)(row[i] + (size_t)b * bsz)) : 0.0f;
+                p->dw[b][i] = row[i] ? avx2_fp16(*(const ev_fp16 *)(row[i] + W_OFFSET(wt, b))) : 0.0f;
         }
     }
 }
@@ -216,11 +276,27 @@ EV_AVX512_INLINE void q_steps(__m512i iacc[RGM][MT], const uint8_t *wb, const ui
     }
 }
 
+/* facc += iacc (as float) x dw (the RG row groups' 16 at dw) x dx[j] (token j's block
+ * scale): the block epilogue. */
+EV_AVX512_INLINE void q_scale_add(__m512 facc[RGM][MT], const __m512i iacc[RGM][MT],
+                                  const float *dw, const float *const *dx, int b, const int RG,
+                                  const int T) {
+#pragma GCC unroll 4
+    for (int g = 0; g < RG; g++) {
+        const __m512 d = _mm512_load_ps(dw + 16 * g);
+#pragma GCC unroll 4
+        for (int j = 0; j < T; j++)
+            facc[g][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[g][j]),
+                                         _mm512_mul_ps(d, _mm512_set1_ps(dx[j][b])), facc[g][j]);
+    }
+}
+
 /* RG row groups (1..3) x T tokens (1..4) from token t over the panel's n blocks; kofs (K
- * weights, x16): each block also adds mw dx x_sum. */
+ * weights with mins, x16): each block also adds mw dx x_sum; halves (Q6_K, x16): each half
+ * block of 16 columns its own scale (dw, then dw_hi). */
 EV_AVX512_INLINE void q_tile(const q_panel *p, const ev_gemm_args *a, int64_t r, int R,
                              int64_t t, int64_t kb, int n, const int RG, const int T,
-                             const int x16, const int kofs, const int shift) {
+                             const int x16, const int kofs, const int halves, const int shift) {
     const int64_t nb = a->n_in / EV_QK;
     /* activation blocks: int16 [32] (64 bytes), or ev_block_q8_0 (34 bytes, qs at 2) */
     const int64_t xbs = x16 ? 64 : (int64_t)sizeof(ev_block_q8_0);
@@ -256,15 +332,18 @@ EV_AVX512_INLINE void q_tile(const q_panel *p, const ev_gemm_args *a, int64_t r,
         /* 8 steps (int8) or 2 x 8 (int16) as fixed-count loops that unroll completely: a
          * rolled loop made GCC copy all 12 accumulators every step */
         q_steps(iacc, wb, xq, b * xbs, 0, RG, T, x16);
+        if (halves) {   /* columns 0..15 at dw, then the accumulators start again */
+            q_scale_add(facc, iacc, p->dw[b], dx, b, RG, T);
+#pragma GCC unroll 4
+            for (int g = 0; g < RG; g++)
+#pragma GCC unroll 4
+                for (int j = 0; j < T; j++) iacc[g][j] = _mm512_setzero_si512();
+        }
         if (x16) q_steps(iacc, wb, xq, b * xbs, 8, RG, T, x16);
+        q_scale_add(facc, iacc, halves ? p->dw_hi[b] : p->dw[b], dx, b, RG, T);
+        if (kofs) {
 #pragma GCC unroll 4
-        for (int g = 0; g < RG; g++) {
-            const __m512 dw = _mm512_load_ps(p->dw[b] + 16 * g);
-#pragma GCC unroll 4
-            for (int j = 0; j < T; j++)
-                facc[g][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[g][j]),
-                                             _mm512_mul_ps(dw, _mm512_set1_ps(dx[j][b])), facc[g][j]);
-            if (kofs) {
+            for (int g = 0; g < RG; g++) {
                 const __m512 mw = _mm512_load_ps(p->mw[b] + 16 * g);
 #pragma GCC unroll 4
                 for (int j = 0; j < T; j++)
@@ -284,12 +363,12 @@ EV_AVX512_INLINE void q_tile(const q_panel *p, const ev_gemm_args *a, int64_t r,
 }
 
 /* The tile shapes, each its own function (inlined into one loop, the accumulators spill);
- * MODE 0: q8x, 1: q16x, 2: q16x with the K offset term. */
+ * MODE 0: q8x, 1: q16x, 2: q16x with the K mins term, 3: q16x with a scale per half block. */
 #define Q_TILE(MODE, RG, T)                                                                  \
     EV_AVX512 __attribute__((noinline)) static void tile##MODE##_##RG##x##T(                 \
         const q_panel *p, const ev_gemm_args *a, int64_t r, int R, int64_t t, int64_t kb,     \
         int n, int shift) {                                                                  \
-        q_tile(p, a, r, R, t, kb, n, RG, T, (MODE) >= 1, (MODE) == 2, shift);                 \
+        q_tile(p, a, r, R, t, kb, n, RG, T, (MODE) >= 1, (MODE) == 2, (MODE) == 3, shift);    \
     }
 #define Q_TILES_RG(X16, RG)                                                                  \
     Q_TILE(X16, RG, 1) Q_TILE(X16, RG, 2) Q_TILE(X16, RG, 3) Q_TILE(X16, RG, 4)
@@ -299,13 +378,15 @@ EV_AVX512_INLINE void q_tile(const q_panel *p, const ev_gemm_args *a, int64_t r,
 Q_TILES_RG(0, 1) Q_TILES_RG(0, 2) Q_TILES_RG(0, 3)
 Q_TILES_RG(1, 1) Q_TILES_RG(1, 2) Q_TILES_RG(1, 3)
 Q_TILES_RG(2, 1) Q_TILES_RG(2, 2) Q_TILES_RG(2, 3)
+Q_TILES_RG(3, 1) Q_TILES_RG(3, 2) Q_TILES_RG(3, 3)
 
 typedef void (*q_tile_fn)(const q_panel *p, const ev_gemm_args *a, int64_t r, int R,
                           int64_t t, int64_t kb, int n, int shift);
-static const q_tile_fn TILES[3][RGM + 1][MT + 1] = {
+static const q_tile_fn TILES[4][RGM + 1][MT + 1] = {
     {{NULL}, Q_ROW(0, 1), Q_ROW(0, 2), Q_ROW(0, 3)},
     {{NULL}, Q_ROW(1, 1), Q_ROW(1, 2), Q_ROW(1, 3)},
     {{NULL}, Q_ROW(2, 1), Q_ROW(2, 2), Q_ROW(2, 3)},
+    {{NULL}, Q_ROW(3, 1), Q_ROW(3, 2), Q_ROW(3, 3)},
 };
 
 /* Tile i of a panel's n_tiles: from tile n_tiles - PF_TILES on, each tile prefetches its
@@ -328,7 +409,7 @@ EV_AVX512_INLINE void q_gemm(const ev_gemm_args *a, int64_t r0, int64_t r1, cons
     /* rows per y block: its y (rows x n_tok floats) stays in L2 across the K chunks */
     int64_t rows_per_yb = (int64_t)Y_BLOCK_BYTES / (4 * (a->n_tok > 0 ? a->n_tok : 1)) / PR * PR;
     if (rows_per_yb < PR) rows_per_yb = PR;
-    const size_t bsz = W_BYTES(wt);
+    const int mode = !x16 ? 0 : HAS_MINS(wt) ? 2 : HALF_SCALES(wt) ? 3 : 1;   /* TILES[mode] */
     const int64_t n_tiles = (a->n_tok + MT - 1) / MT;
     for (int64_t rb = r0; rb < r1; rb += rows_per_yb) {
         const int64_t re = r1 - rb < rows_per_yb ? r1 : rb + rows_per_yb;
@@ -342,9 +423,9 @@ EV_AVX512_INLINE void q_gemm(const ev_gemm_args *a, int64_t r0, int64_t r1, cons
                 if (rn >= re) { rn = rb; kbn = kb + kcb; }
                 if (kbn >= nb) { rn = re; kbn = 0; }
                 const int64_t rows_next = rn < r1 ? (r1 - rn < PR ? r1 - rn : PR) : 0;
-                const int64_t bytes_next = (nb - kbn < kcb ? nb - kbn : kcb) * (int64_t)bsz;
-                const uint8_t *w_next = a->w + rn * a->w_stride + kbn * (int64_t)bsz;
-                const q_tile_fn *tiles = TILES[x16 + IS_K(wt)][(R + 15) / 16];
+                const int64_t bytes_next = (int64_t)W_OFFSET(wt, nb - kbn < kcb ? nb - kbn : kcb);
+                const uint8_t *w_next = a->w + rn * a->w_stride + W_OFFSET(wt, kbn);
+                const q_tile_fn *tiles = TILES[mode][(R + 15) / 16];
                 for (int64_t i = 0; i < n_tiles; i++) {
                     prefetch_share(w_next, a->w_stride, rows_next, bytes_next, i, n_tiles);
                     const int64_t t = i * MT;
@@ -378,6 +459,14 @@ EV_AVX512 void ev_avx512_gemm_q16x_q4_K(const ev_gemm_args *a, int64_t r0, int64
 
 EV_AVX512 void ev_avx512_gemm_q16x_q5_K(const ev_gemm_args *a, int64_t r0, int64_t r1) {
     q_gemm(a, r0, r1, W_Q5_K, 1);
+}
+
+EV_AVX512 void ev_avx512_gemm_q16x_iq4_xs(const ev_gemm_args *a, int64_t r0, int64_t r1) {
+    q_gemm(a, r0, r1, W_IQ4_XS, 1);
+}
+
+EV_AVX512 void ev_avx512_gemm_q16x_q6_K(const ev_gemm_args *a, int64_t r0, int64_t r1) {
+    q_gemm(a, r0, r1, W_Q6_K, 1);
 }
 
 /* Each block of 32 of x[n] as int16 q[32] with d = amax / 32767 (d[n / 32]; x = d q). */
