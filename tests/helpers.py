@@ -58,3 +58,15 @@ def serving(server: Server) -> Iterator[Server]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def describe_image_greedily(files: Any) -> Any:
+    """The interop tests' probe: an engine on ``files`` (a ModelFiles pair) answers a 150×90 PNG
+    + "Describe this image." with 4 greedy tokens and their logits (a GenerationResult)."""
+    from edgevlm.engine import Engine
+
+    messages = [{"role": "user", "content": [
+        {"type": "image", "image": image_bytes(150, 90, "PNG")},
+        {"type": "text", "text": "Describe this image."}]}]
+    engine = Engine(files, threads=2, context=512)
+    return engine.generate(messages, max_tokens=4, temperature=0.0, want_logits=True)

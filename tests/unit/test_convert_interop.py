@@ -20,11 +20,10 @@ import numpy as np
 import pytest
 
 from edgevlm.convert import convert_checkpoint
-from edgevlm.engine import Engine
 from edgevlm.engine.model import ModelFiles
 from edgevlm.tokenizer_gguf import tokenizer_from_ggml
 from tests.gguf_read import GGUFFile, read_gguf, values
-from tests.helpers import image_bytes
+from tests.helpers import describe_image_greedily
 from tests.qwen3vl_checkpoints import write_checkpoint
 from tests.qwen_tokenizers import CORPUS, QWEN_EMBEDDING_ROWS, qwen_reference_tokenizer
 
@@ -70,15 +69,8 @@ def pairs(files: dict[tuple[str, str], ModelFiles]) -> dict[tuple[str, str], Pai
 @pytest.mark.parametrize("wtype", TYPES)
 def test_both_conversions_give_the_same_logits_in_edgevlm(
         wtype: str, files: dict[tuple[str, str], ModelFiles]) -> None:
-    messages = [{"role": "user", "content": [
-        {"type": "image", "image": image_bytes(150, 90, "PNG")},
-        {"type": "text", "text": "Describe this image."}]}]
-    results = []
-    for converter in ("edgevlm", "llama.cpp"):
-        engine = Engine(files[converter, wtype], threads=2, context=512)
-        results.append(engine.generate(messages, max_tokens=4, temperature=0.0,
-                                       want_logits=True))
-    ours, theirs = results
+    ours, theirs = (describe_image_greedily(files[converter, wtype])
+                    for converter in ("edgevlm", "llama.cpp"))
     assert ours.prompt_tokens == theirs.prompt_tokens
     assert ours.tokens == theirs.tokens
     assert ours.logits is not None and theirs.logits is not None

@@ -38,10 +38,9 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from edgevlm.convert import convert_checkpoint
 from edgevlm.convert.quant_mix import MIXES
-from edgevlm.engine import Engine
 from edgevlm.engine.model import ModelFiles
 from tests.gguf_read import GGUFFile, Tensor, read_gguf
-from tests.helpers import image_bytes
+from tests.helpers import describe_image_greedily
 from tests.qwen3vl_checkpoints import write_checkpoint, write_safetensors
 from tests.qwen_tokenizers import QWEN_EMBEDDING_ROWS, qwen_reference_tokenizer
 
@@ -228,15 +227,8 @@ def test_every_key_llama_quantize_writes_has_our_value_and_type(
 @pytest.mark.parametrize("mix", TYPES)
 def test_llama_quantize_file_gives_our_tokens_and_logits(
         files: dict[tuple[str, str], ModelFiles], mix: str) -> None:
-    messages = [{"role": "user", "content": [
-        {"type": "image", "image": image_bytes(150, 90, "PNG")},
-        {"type": "text", "text": "Describe this image."}]}]
-    results = []
-    for quantiser in ("edgevlm", "llama.cpp"):
-        engine = Engine(files[quantiser, mix], threads=2, context=512)
-        results.append(engine.generate(messages, max_tokens=4, temperature=0.0,
-                                       want_logits=True))
-    ours, theirs = results
+    ours, theirs = (describe_image_greedily(files[quantiser, mix])
+                    for quantiser in ("edgevlm", "llama.cpp"))
     assert ours.prompt_tokens == theirs.prompt_tokens
     assert ours.tokens == theirs.tokens
     assert ours.logits is not None and np.isfinite(ours.logits).all()
