@@ -10,8 +10,9 @@
  *     (the K-quants, IQ4_XS). From that many tokens on, every weight type runs the kernel
  *     set's gemm_dq on the float32 activations, except where the set has integer products
  *     for Q8_0/Q4_0 weights (gemm_q8x: activations quantised as for decode, with each block's
- *     sum; else gemm_q16x: activations as int16 blocks), for Q4_K/Q5_K (gemm_q16x, int16
- *     blocks with each block's sum for the mins) or IQ4_XS/Q6_K (gemm_q16x, int16 blocks), or
+ *     sum; else gemm_q16x: activations as int16 blocks), for Q4_K/Q5_K (gemm_q8x, Q8_0 blocks
+ *     of 32 with their sums, in the fast sets; else gemm_q16x, int16 blocks with each block's
+ *     sum for the mins), IQ4_XS (likewise, gemm_q16x without sums) or Q6_K (gemm_q16x), or
  *     a bf16 product for BF16 weights (gemm_bf16x).
  *  2. The pool splits the output rows into one contiguous chunk per thread, in multiples of
  *     16 rows (64 bytes of every output row: no two threads write one cache line when n_out is
@@ -142,8 +143,9 @@ static size_t quant_bytes(int64_t n_in, int64_t n_tok, int wide) {
 
 /* From how many tokens on a kernel set may multiply weights of type t on integer
  * activations (0: never): those whose vec_dot_type is Q8_0 (gemm_q8x, gemm_q16x) from
- * EV_MATMUL_INT_MIN_TOK, Q4_K/Q5_K/IQ4_XS/Q6_K (gemm_q16x) from EV_MATMUL_INT_MIN_TOK_K.
- * Their scratch holds the activations too (int16 blocks, scales and sums). */
+ * EV_MATMUL_INT_MIN_TOK, Q4_K/Q5_K/IQ4_XS/Q6_K (gemm_q16x, gemm_q8x) from
+ * EV_MATMUL_INT_MIN_TOK_K. Their scratch holds the activations too (int16 blocks, or the
+ * smaller Q8_0 ones, scales and sums). */
 static int64_t int_min_tok(const ev_type_traits *t) {
     if (t->vec_dot_type == EV_TYPE_Q8_0) return EV_MATMUL_INT_MIN_TOK;
     if (t->type == EV_TYPE_Q4_K || t->type == EV_TYPE_Q5_K || t->type == EV_TYPE_IQ4_XS ||
@@ -175,7 +177,7 @@ size_t ev_matmul_scratch_bytes(int32_t wtype, int64_t n_in, int64_t n_tok, int n
 /* The activations ev_matmul quantises for the integer products. */
 typedef enum quant_kind {
     QUANT_Q8_0,          /* Q8_0 blocks + float scales (decode-sized products) */
-    QUANT_Q8_0_SUMS,     /* + each block's int32 sum (gemm_q8x) */
+    QUANT_Q8_0_SUMS,     /* + each block's int32 sum (gemm_q8x, also of Q4_K/Q5_K/IQ4_XS) */
     QUANT_I16,           /* int16 blocks of 32 + float scales (gemm_q16x) */
     QUANT_I16_SUMS,      /* + each block's int32 sum (gemm_q16x of Q4_K/Q5_K: the mins) */
     QUANT_Q8_K           /* Q8_K super-blocks (decode-sized products of Q8_K-dot weights) */
@@ -247,20 +249,18 @@ int ev_matmul(ev_pool *pool, const ev_kernels *k, int32_t wtype, const void *w,
     j.a.w_type = wtype;
     const int64_t macs = n_out * n_in * n_tok;
     ev_pool *p = macs < SMALL_MATMUL_MACS ? NULL : pool;
-    /* integer products only for the types the scratch has room for (int_min_tok);
-     * gemm_q8x takes Q8_0 activations: only for the Q8_0-dot types */
-    const int q8_0_act = t->vec_dot_type == EV_TYPE_Q8_0;
+    /* integer products only for the types the scratch has room for (int_min_tok): gemm_q8x
+     * (Q8_0 activations with sums; Q4_K/Q5_K/IQ4_XS too), else gemm_q16x */
     const int mins = t->type == EV_TYPE_Q4_K || t->type == EV_TYPE_Q5_K;   /* gemm_q16x: x_sum */
     const int64_t int_from = int_min_tok(t);
-    if (q8_0_act && k->gemm_q8x[wtype]) j.int_gemm = k->gemm_q8x[wtype];
+    const int q8x = int_from > 0 && k->gemm_q8x[wtype];
+    if (q8x) j.int_gemm = k->gemm_q8x[wtype];
     else if (int_from > 0 && k->gemm_q16x[wtype] && k->quantize_i16)
         j.int_gemm = k->gemm_q16x[wtype];
     j.many = n_tok >= EV_MATMUL_FLOAT_MIN_TOK || (j.int_gemm && n_tok >= int_from);
     if (!j.many) j.int_gemm = NULL;
     if (j.int_gemm) {
-        const quant_kind kind = q8_0_act && k->gemm_q8x[wtype] ? QUANT_Q8_0_SUMS
-                                : mins                         ? QUANT_I16_SUMS
-                                                               : QUANT_I16;
+        const quant_kind kind = q8x ? QUANT_Q8_0_SUMS : mins ? QUANT_I16_SUMS : QUANT_I16;
         j.a.pack = scratch;                    /* threads pack; the activations follow */
         quantize_into(&j, p, (uint8_t *)scratch + sizeof(float) * (size_t)EV_GEMM_PACK_FLOATS *
                                                       (size_t)ev_pool_n_threads(pool),
