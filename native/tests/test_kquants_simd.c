@@ -4,8 +4,7 @@
  * the panel dequantisers of gemm_dq bit for bit against to_float, ev_matmul at 1, 3, 15
  * (Q8_K activations) and 20 tokens (gemm_dq on float activations; sets with gemm_q16x for
  * the type: int16 activations from EV_MATMUL_INT_MIN_TOK_K tokens on; with gemm_q8x: Q8_0
- * ones), and gemm_q16x of Q4_K/Q5_K/IQ4_XS/Q6_K and gemm_q8x of Q4_K/Q5_K/IQ4_XS (the fast
- * sets) on adversarial blocks against a double-precision reference.
+ * ones), and gemm_q16x / gemm_q8x (the fast sets) of Q4_K/Q5_K/IQ4_XS/Q6_K on adversarial blocks against a double-precision reference.
  *
  * The SIMD dots' tolerance: (terms + 32) * 2^-23 * (sum|d-part products| + |dmin-part
  * products|) (terms = 16-element groups for a dot, n_in for ev_matmul): the integer block
@@ -344,8 +343,8 @@ static void extreme_scales(int32_t type, uint8_t *blk, int zero_q) {
     }
 }
 
-/* gemm_q16x of Q4_K/Q5_K/IQ4_XS/Q6_K in every set that has it, and gemm_q8x of Q4_K/Q5_K/
- * IQ4_XS where a set has that (ev_matmul prefers it), against a double dot of the
+/* gemm_q16x of Q4_K/Q5_K/IQ4_XS/Q6_K in every set that has it, and gemm_q8x where a set
+ * has that (ev_matmul prefers it), against a double dot of the
  * dequantised weights and the int16- (gemm_q8x: Q8_0-) rounded activations, plus the bias: 53 rows (a full and
  * a partial 48-row panel), 1280 columns (40 blocks: K chunks of 16, 16, 8), 8, 16 and 21
  * tokens (the few-token start of the integer products, EV_MATMUL_FLOAT_MIN_TOK, a 1-token
@@ -446,9 +445,9 @@ static void test_k_q16x_q8x_adversarial_blocks(void) {
         for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
             CHECK_MSG(tested[ti] > 0, "gemm_q16x %s did not run on an AVX-512 VNNI host",
                       ev_type_get(types[ti])->name);
-    /* and the fast set gemm_q8x of Q4_K/Q5_K/IQ4_XS */
+    /* and the fast set's gemm_q8x of every type */
     if (ev_kernels_x86_avx512_fast())
-        for (size_t ti = 0; ti < 3; ti++)
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
             CHECK_MSG(tested8[ti] > 0, "gemm_q8x %s did not run on an AVX-512 VNNI host",
                       ev_type_get(types[ti])->name);
 #endif
