@@ -10,8 +10,9 @@
  *     (the K-quants, IQ4_XS). From that many tokens on, every weight type runs the kernel
  *     set's gemm_dq on the float32 activations, except where the set has integer products
  *     for Q8_0/Q4_0 weights (gemm_q8x: activations quantised as for decode, with each block's
- *     sum; else gemm_q16x: activations as int16 blocks), for Q4_K/Q5_K (gemm_q16x, int16
- *     blocks with each block's sum for the mins) or IQ4_XS/Q6_K (gemm_q16x, int16 blocks), or
+ *     sum; else gemm_q16x: activations as int16 blocks), for Q4_K/Q5_K (gemm_q8x, Q8_0 blocks
+ *     of 32 with their sums, in the fast sets; else gemm_q16x, int16 blocks with each block's
+ *     sum for the mins), IQ4_XS (likewise, gemm_q16x without sums) or Q6_K (gemm_q16x), or
  *     a bf16 product for BF16 weights (gemm_bf16x).
  *  2. The pool splits the output rows into one contiguous chunk per thread, in multiples of
  *     16 rows (64 bytes of every output row: no two threads write one cache line when n_out is
@@ -43,6 +44,7 @@ typedef struct matmul_job {
     float *xq_scale;                     /* [n_tok][n_in/32] */
     int32_t *xq_sum;                     /* [n_tok][n_in/32] (gemm_q8x, gemm_q16x of
                                             Q4_K/Q5_K) or NULL */
+    int half_sums;                       /* xq_sum: two int16 sums of 16 (gemm_q8x, Q6_K) */
     int16_t *xq16;                       /* [n_tok][n_in/32][32] (gemm_q16x) or NULL */
     int many;                            /* the many-token products (gemm_dq, q16x, ...) */
     ev_gemm_fn int_gemm;                 /* many: k's gemm_q8x or gemm_q16x, or NULL */
@@ -77,9 +79,11 @@ static void quantize_tokens(void *ctx, int64_t t0, int64_t t1, int tid) {
         for (int64_t b = 0; b < nb; b++) j->xq_scale[t * nb + b] = ev_fp16_to_f32(q[b].d);
         if (!j->xq_sum) continue;
         for (int64_t b = 0; b < nb; b++) {
-            int32_t s = 0;
-            for (int i = 0; i < EV_QK; i++) s += q[b].qs[i];
-            j->xq_sum[t * nb + b] = s;
+            int32_t s[2] = {0, 0};   /* columns 0..15, 16..31: |s| <= 16 x 127 */
+            for (int i = 0; i < EV_QK; i++) s[i / 16] += q[b].qs[i];
+            j->xq_sum[t * nb + b] = j->half_sums ? (int32_t)((uint32_t)(uint16_t)s[0] |
+                                                             ((uint32_t)(uint16_t)s[1] << 16))
+                                                 : s[0] + s[1];
         }
     }
 }
@@ -142,8 +146,9 @@ static size_t quant_bytes(int64_t n_in, int64_t n_tok, int wide) {
 
 /* From how many tokens on a kernel set may multiply weights of type t on integer
  * activations (0: never): those whose vec_dot_type is Q8_0 (gemm_q8x, gemm_q16x) from
- * EV_MATMUL_INT_MIN_TOK, Q4_K/Q5_K/IQ4_XS/Q6_K (gemm_q16x) from EV_MATMUL_INT_MIN_TOK_K.
- * Their scratch holds the activations too (int16 blocks, scales and sums). */
+ * EV_MATMUL_INT_MIN_TOK, Q4_K/Q5_K/IQ4_XS/Q6_K (gemm_q16x, gemm_q8x) from
+ * EV_MATMUL_INT_MIN_TOK_K. Their scratch holds the activations too (int16 blocks, or the
+ * smaller Q8_0 ones, scales and sums). */
 static int64_t int_min_tok(const ev_type_traits *t) {
     if (t->vec_dot_type == EV_TYPE_Q8_0) return EV_MATMUL_INT_MIN_TOK;
     if (t->type == EV_TYPE_Q4_K || t->type == EV_TYPE_Q5_K || t->type == EV_TYPE_IQ4_XS ||
@@ -175,7 +180,8 @@ size_t ev_matmul_scratch_bytes(int32_t wtype, int64_t n_in, int64_t n_tok, int n
 /* The activations ev_matmul quantises for the integer products. */
 typedef enum quant_kind {
     QUANT_Q8_0,          /* Q8_0 blocks + float scales (decode-sized products) */
-    QUANT_Q8_0_SUMS,     /* + each block's int32 sum (gemm_q8x) */
+    QUANT_Q8_0_SUMS,     /* + each block's int32 sum (gemm_q8x, also of Q4_K/Q5_K/IQ4_XS) */
+    QUANT_Q8_0_HALF_SUMS, /* + each block's two int16 sums of 16 (gemm_q8x of Q6_K) */
     QUANT_I16,           /* int16 blocks of 32 + float scales (gemm_q16x) */
     QUANT_I16_SUMS,      /* + each block's int32 sum (gemm_q16x of Q4_K/Q5_K: the mins) */
     QUANT_Q8_K           /* Q8_K super-blocks (decode-sized products of Q8_K-dot weights) */
@@ -208,7 +214,8 @@ static void quantize_into(matmul_job *j, ev_pool *p, uint8_t *scratch, quant_kin
     j->xq = i16 ? NULL : (ev_block_q8_0 *)scratch;
     j->xq16 = i16 ? (int16_t *)scratch : NULL;
     j->xq_scale = (float *)(scratch + blocks);
-    j->xq_sum = kind == QUANT_Q8_0_SUMS || kind == QUANT_I16_SUMS
+    j->half_sums = kind == QUANT_Q8_0_HALF_SUMS;
+    j->xq_sum = kind == QUANT_Q8_0_SUMS || kind == QUANT_Q8_0_HALF_SUMS || kind == QUANT_I16_SUMS
                     ? (int32_t *)(scratch + blocks + floats) : NULL;
     j->a.x = scratch;
     j->a.x_stride = nb * (int64_t)qs;
@@ -247,20 +254,21 @@ int ev_matmul(ev_pool *pool, const ev_kernels *k, int32_t wtype, const void *w,
     j.a.w_type = wtype;
     const int64_t macs = n_out * n_in * n_tok;
     ev_pool *p = macs < SMALL_MATMUL_MACS ? NULL : pool;
-    /* integer products only for the types the scratch has room for (int_min_tok);
-     * gemm_q8x takes Q8_0 activations: only for the Q8_0-dot types */
-    const int q8_0_act = t->vec_dot_type == EV_TYPE_Q8_0;
+    /* integer products only for the types the scratch has room for (int_min_tok): gemm_q8x
+     * (Q8_0 activations with sums; the K-quants too, Q6_K's per half block), else gemm_q16x */
     const int mins = t->type == EV_TYPE_Q4_K || t->type == EV_TYPE_Q5_K;   /* gemm_q16x: x_sum */
     const int64_t int_from = int_min_tok(t);
-    if (q8_0_act && k->gemm_q8x[wtype]) j.int_gemm = k->gemm_q8x[wtype];
+    const int q8x = int_from > 0 && k->gemm_q8x[wtype];
+    if (q8x) j.int_gemm = k->gemm_q8x[wtype];
     else if (int_from > 0 && k->gemm_q16x[wtype] && k->quantize_i16)
         j.int_gemm = k->gemm_q16x[wtype];
     j.many = n_tok >= EV_MATMUL_FLOAT_MIN_TOK || (j.int_gemm && n_tok >= int_from);
     if (!j.many) j.int_gemm = NULL;
     if (j.int_gemm) {
-        const quant_kind kind = q8_0_act && k->gemm_q8x[wtype] ? QUANT_Q8_0_SUMS
-                                : mins                         ? QUANT_I16_SUMS
-                                                               : QUANT_I16;
+        const quant_kind kind = q8x ? (t->type == EV_TYPE_Q6_K ? QUANT_Q8_0_HALF_SUMS
+                                                               : QUANT_Q8_0_SUMS)
+                                : mins ? QUANT_I16_SUMS
+                                       : QUANT_I16;
         j.a.pack = scratch;                    /* threads pack; the activations follow */
         quantize_into(&j, p, (uint8_t *)scratch + sizeof(float) * (size_t)EV_GEMM_PACK_FLOATS *
                                                       (size_t)ev_pool_n_threads(pool),

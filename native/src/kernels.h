@@ -33,8 +33,9 @@ typedef struct ev_gemm_args {
     const float *x_scale;  /* [n_tok][n_in/32] the Q8_0 activation scales as float32, or NULL
                               (float activations, and Q8_K ones, whose d is a float already) */
     const int32_t *x_sum;  /* [n_tok][n_in/32] the exact sum of each activation block's 32
-                              int8 values (gemm_q8x) or int16 ones (gemm_q16x of Q4_K/Q5_K:
-                              the weight of the mins), or NULL */
+                              int8 values (gemm_q8x; Q4_K/Q5_K: the weight of the mins; Q6_K:
+                              the sums of its halves as two int16, low: columns 0..15) or
+                              int16 ones (gemm_q16x of Q4_K/Q5_K), or NULL */
     const float *bias;     /* [n_out] or NULL */
     float *y;              /* [n_tok][n_out] */
     int64_t n_out, n_in, n_tok;
@@ -111,14 +112,16 @@ typedef struct ev_kernels {
      * every type dequantised exactly, float sums. ev_matmul uses it from
      * EV_MATMUL_FLOAT_MIN_TOK tokens on, in every kernel set (it must not be NULL). */
     ev_gemm_fn gemm_dq[EV_TYPE_MAX + 1];
-    /* Many-token products of Q8_0/Q4_0 (gemm_q16x also Q4_K/Q5_K/IQ4_XS/Q6_K) weights on
+    /* Many-token products of Q8_0/Q4_0 (gemm_q16x also Q4_K/Q5_K/IQ4_XS/Q6_K, gemm_q8x also
+     * Q4_K/Q5_K/IQ4_XS/Q6_K) weights on
      * integer activations, where the CPU has integer dot products that outrun float FMAs
      * (AVX-512 VNNI); ev_matmul prefers them to gemm_dq from EV_MATMUL_INT_MIN_TOK tokens on
      * (Q4_K/Q5_K/IQ4_XS/Q6_K: EV_MATMUL_INT_MIN_TOK_K; pack:
      * this thread's EV_GEMM_PACK_FLOATS buffer). NULL: gemm_dq.
      *  gemm_q16x: x = [n_tok][n_in/32][32] int16 from quantize_i16, x_scale their scales
      *             (Q4_K/Q5_K: and x_sum); within ~1e-5 of gemm_dq (the default sets).
-     *  gemm_q8x:  x = Q8_0 blocks with x_scale and x_sum: ggml's arithmetic, the fastest and
+     *  gemm_q8x:  x = Q8_0 blocks with x_scale and x_sum: ggml's arithmetic (for the
+     *             K-quants blocks of 32, finer than ggml's Q8_K), the fastest and
      *             least exact (only in the "fast" sets, EDGEVLM_KERNELS_FAST). */
     ev_gemm_fn gemm_q16x[EV_TYPE_MAX + 1];
     void (*quantize_i16)(const float *x, int16_t *q, float *d, int64_t n);  /* d[n/32] */
@@ -163,7 +166,8 @@ void ev_vec_dot_iq4_xs_q8_K(int64_t n, float *out, const void *w_row, const void
 void ev_kernels_derive(ev_kernels *out, const ev_kernels *base, const ev_kernels *own);
 const ev_kernels *ev_kernels_best(void);   /* the scalar set when no SIMD path applies */
 /* The best set's "fast" variant (llama.cpp's rounding of the many-token products'
- * activations: Q8_0 for Q8_0/Q4_0 weights, bf16 for BF16), or the best set when it has none. */
+ * activations: Q8_0 for Q8_0/Q4_0 weights, and blocks of 32 as Q8_0 for Q4_K/Q5_K/IQ4_XS/Q6_K;
+ * bf16 for BF16), or the best set when it has none. */
 const ev_kernels *ev_kernels_fast(void);
 /* The SIMD sets, each NULL when the running CPU lacks its extensions (and only declared on
  * the architecture it is compiled for): src/arch/x86_avx2.c, src/arch/arm_neon.c. */

@@ -190,12 +190,29 @@ static int check_kernels(const ev_kernels *k, operands *o, int *ran) {
     k->gemm_dq[ty](&a, 0, o->n_out);
     bad += compare(o, o->x), ++*ran;
 
-    /* gemm_q8x: Q8_0 activations with their sums, against the scalar vec_dot */
-    if (q8_0_act && k->gemm_q8x[ty]) {
+    /* gemm_q8x: Q8_0 activations with their sums, against the scalar vec_dot (Q8_K-dot
+     * types: the scalar gemm_dq on those activations dequantised) */
+    if (quantized && k->gemm_q8x[ty]) {
         xq_as_float(o);
-        ref_rows(o, o->xq, qstride);
-        a = args(o, o->xq, qstride, o->xq_scale, o->xq_sum, o->y);
+        const int32_t *sums = o->xq_sum;
+        if (q8_0_act) {
+            ref_rows(o, o->xq, qstride);
+        } else {
+            a = args(o, o->xr, fstride, NULL, NULL, o->y_ref);
+            s->gemm_dq[ty](&a, 0, o->n_out);
+        }
+        if (ty == EV_TYPE_Q6_K) {   /* its sums per half block, as two int16 */
+            int32_t *h = malloc(sizeof(int32_t) * (size_t)(o->n_tok * o->nb));
+            for (int64_t i = 0; i < o->n_tok * o->nb; i++) {
+                int32_t s2[2] = {0, 0};
+                for (int e = 0; e < EV_QK; e++) s2[e / 16] += o->xq[i].qs[e];
+                h[i] = (int32_t)((uint32_t)(uint16_t)s2[0] | ((uint32_t)(uint16_t)s2[1] << 16));
+            }
+            sums = h;
+        }
+        a = args(o, o->xq, qstride, o->xq_scale, sums, o->y);
         k->gemm_q8x[ty](&a, 0, o->n_out);
+        if (sums != o->xq_sum) free((void *)sums);
         bad += compare(o, o->xr), ++*ran;
     }
 
@@ -256,17 +273,24 @@ static void test_tables_complete(const ev_kernels *sets[], int n_sets) {
             CHECK_MSG(k->vec_dot[tr->type] && k->gemm_dq[tr->type],
                       "%s has no vec_dot / gemm_dq for %s", k->name, tr->name);
             /* no set claims a kernel of the wrong activation format: gemm_q8x takes Q8_0
-             * activations, the bf16 one BF16 weights */
-            CHECK_MSG(tr->vec_dot_type == EV_TYPE_Q8_0 || !k->gemm_q8x[tr->type],
+             * activations (of the Q8_K-dot types only Q4_K/Q5_K/IQ4_XS/Q6_K, below), the bf16
+             * one BF16 weights */
+            CHECK_MSG(tr->vec_dot_type == EV_TYPE_Q8_0 || tr->type == EV_TYPE_Q4_K ||
+                          tr->type == EV_TYPE_Q5_K || tr->type == EV_TYPE_IQ4_XS ||
+                          tr->type == EV_TYPE_Q6_K || !k->gemm_q8x[tr->type],
                       "%s has a Q8_0-activation product for %s, whose dots take %s", k->name,
                       tr->name, ev_act_type_get(tr->vec_dot_type)->name);
             /* and only the weights whose integer products are tested against the scalar
-             * ones (test_kernels.c, test_kquants_simd.c) have them: Q8_0/Q4_0, and for
+             * ones (test_kernels.c, test_kquants_simd.c) have them: Q8_0/Q4_0, for
              * gemm_q16x Q4_K/Q5_K (the m term from the int16 activation sums) and IQ4_XS/
-             * Q6_K (ev_matmul's scratch holds int16 activations only for these types).
-             * Q4_1/Q5_1 take Q8_0 activations too, but none of them computes their m term. */
+             * Q6_K (ev_matmul's scratch holds int16 activations only for these types), for
+             * gemm_q8x Q4_K/Q5_K/IQ4_XS/Q6_K (the m term / offset from the int8 sums, Q6_K's
+             * per half block). Q4_1/Q5_1 take Q8_0 activations too, but none of
+             * them computes their m term. */
             CHECK_MSG(tr->type == EV_TYPE_Q8_0 || tr->type == EV_TYPE_Q4_0 ||
-                      (!k->gemm_q8x[tr->type] &&
+                      ((!k->gemm_q8x[tr->type] || tr->type == EV_TYPE_Q4_K ||
+                        tr->type == EV_TYPE_Q5_K || tr->type == EV_TYPE_IQ4_XS ||
+                        tr->type == EV_TYPE_Q6_K) &&
                        (!k->gemm_q16x[tr->type] || tr->type == EV_TYPE_Q4_K ||
                         tr->type == EV_TYPE_Q5_K || tr->type == EV_TYPE_IQ4_XS ||
                         tr->type == EV_TYPE_Q6_K)),

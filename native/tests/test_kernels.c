@@ -278,7 +278,9 @@ static int check_matmul(ev_pool *pool, const ev_kernels *k, int32_t type, int64_
     float *bias = malloc((size_t)n_out * 4), *wf = malloc((size_t)n_in * 4);
     float *xf = malloc((size_t)n_in * 4);
     const ev_type_traits *act = ev_act_type_get(ev_type_get(type)->vec_dot_type);
-    void *xq = malloc((size_t)(n_in / act->block_size + 1) * (size_t)act->type_size);
+    const ev_type_traits *q8_0 = ev_act_type_get(EV_TYPE_Q8_0);   /* gemm_q8x's activations */
+    void *xq = malloc((size_t)(n_in / act->block_size + 1) * (size_t)act->type_size +
+                      (size_t)(n_in / EV_QK + 1) * sizeof(ev_block_q8_0));
     size_t sb = ev_matmul_scratch_bytes(type, n_in, n_tok, pool ? ev_pool_n_threads(pool) : 1);
     void *scratch = sb ? aligned_alloc(64, (sb + 63) / 64 * 64) : NULL;
     make_weights(type, w, n_out, n_in);
@@ -288,7 +290,8 @@ static int check_matmul(ev_pool *pool, const ev_kernels *k, int32_t type, int64_
     ev_matmul(pool, k, type, w, with_bias ? bias : NULL, n_out, n_in, x, n_tok, y, scratch);
     int bad = 0;
     /* decode-sized products with quantised weights quantise the activations to the type's
-     * vec_dot_type (Q8_0, Q8_K), and so do many-token ones in a kernel set with gemm_q8x */
+     * vec_dot_type (Q8_0, Q8_K), and many-token ones in a kernel set with gemm_q8x to Q8_0
+     * (the K-quants' too) */
     const int quantized = act->type != EV_TYPE_F32;
     const int int_path = n_tok >= (act->type == EV_TYPE_Q8_0 ? EV_MATMUL_INT_MIN_TOK
                                                             : EV_MATMUL_INT_MIN_TOK_K);
@@ -302,8 +305,9 @@ static int check_matmul(ev_pool *pool, const ev_kernels *k, int32_t type, int64_
          * from EV_MATMUL_FLOAT_MIN_TOK tokens on the float activations themselves, unless
          * gemm_q8x, gemm_q16x or gemm_bf16x runs */
         if (quant) {
-            act->from_float(x + t * n_in, xq, n_in);
-            act->to_float(xq, xf, n_in);
+            const ev_type_traits *qa = q8x ? q8_0 : act;
+            qa->from_float(x + t * n_in, xq, n_in);
+            qa->to_float(xq, xf, n_in);
         } else if (q16x) {    /* gemm_q16x: int16 blocks of 32, d = amax / 32767 */
             round_i16(x + t * n_in, xf, n_in);
         } else if (bf16x) {   /* gemm_bf16x rounds the activations to bf16 */

@@ -3,8 +3,8 @@
  * and infinite inputs), the vec_dot kernels on random and extreme blocks of 1..8 super-blocks,
  * the panel dequantisers of gemm_dq bit for bit against to_float, ev_matmul at 1, 3, 15
  * (Q8_K activations) and 20 tokens (gemm_dq on float activations; sets with gemm_q16x for
- * the type: int16 activations from EV_MATMUL_INT_MIN_TOK_K tokens on), and gemm_q16x of
- * Q4_K/Q5_K/IQ4_XS/Q6_K on adversarial blocks against a double-precision reference.
+ * the type: int16 activations from EV_MATMUL_INT_MIN_TOK_K tokens on; with gemm_q8x: Q8_0
+ * ones), and gemm_q16x / gemm_q8x (the fast sets) of Q4_K/Q5_K/IQ4_XS/Q6_K on adversarial blocks against a double-precision reference.
  *
  * The SIMD dots' tolerance: (terms + 32) * 2^-23 * (sum|d-part products| + |dmin-part
  * products|) (terms = 16-element groups for a dot, n_in for ev_matmul): the integer block
@@ -236,11 +236,20 @@ static void round_i16(const float *x, float *xr, int64_t n) {
     }
 }
 
+/* x as gemm_q8x sees it: Q8_0 blocks of 32 (ggml's rounding, d in fp16) dequantised */
+static void round_q8_0(const float *x, float *xr, int64_t n) {
+    ev_block_q8_0 *q = malloc(sizeof(ev_block_q8_0) * (size_t)(n / 32));
+    ev_quantize_row_q8_0(x, q, n);
+    ev_row_to_f32(EV_TYPE_Q8_0, q, xr, n);
+    free(q);
+}
+
 /* ev_matmul of each SIMD set against the scalar set's for the Q8_K-dot types: 1, 3, 15
  * tokens (Q8_K activations, vec_dot) and 20 (float activations, gemm_dq with its panels),
  * 37 rows (a partial 16-row panel), 768 columns (3 super-blocks, 3 K chunks), 2 threads.
- * Where a set has gemm_q16x for the type, from EV_MATMUL_INT_MIN_TOK_K tokens on the
- * reference is the scalar set's gemm_dq on the int16-rounded activations. */
+ * Where a set has gemm_q8x (or else gemm_q16x) for the type, from EV_MATMUL_INT_MIN_TOK_K
+ * tokens on the reference is the scalar set's gemm_dq on the Q8_0- (int16-) rounded
+ * activations. */
 static void test_simd_matmul_matches_scalar(void) {
     const ev_kernels *sets[MAX_SETS];
     const int n_sets = simd_sets(sets);
@@ -250,10 +259,12 @@ static void test_simd_matmul_matches_scalar(void) {
     float *wf = malloc(sizeof(float) * N_OUT * N_IN), *x = malloc(sizeof(float) * MAX_TOK * N_IN);
     float *y = malloc(sizeof(float) * N_OUT * MAX_TOK), *y_ref = malloc(sizeof(float) * N_OUT * MAX_TOK);
     float *bias = malloc(sizeof(float) * N_OUT), *xr = malloc(sizeof(float) * MAX_TOK * N_IN);
-    float *y_ref16 = malloc(sizeof(float) * N_OUT * MAX_TOK);
+    float *y_ref16 = malloc(sizeof(float) * N_OUT * MAX_TOK), *y_ref8 = malloc(sizeof(float) * N_OUT * MAX_TOK);
+    float *xr8 = malloc(sizeof(float) * MAX_TOK * N_IN);
     for (int i = 0; i < N_OUT; i++) bias[i] = tu_randf(&seed);
     for (int i = 0; i < MAX_TOK * N_IN; i++) x[i] = tu_gaussian(&seed);
     round_i16(x, xr, MAX_TOK * N_IN);
+    round_q8_0(x, xr8, MAX_TOK * N_IN);
     for (int ti = 0; ti < ev_type_count(); ti++) {
         const ev_type_traits *t = ev_type_at(ti);
         if (t->vec_dot_type != EV_TYPE_Q8_K) continue;
@@ -272,6 +283,8 @@ static void test_simd_matmul_matches_scalar(void) {
             void *scratch = aligned_alloc(64, (sb + 63) / 64 * 64);
             CHECK(ev_matmul(pool, ev_kernels_scalar(), t->type, w, bias, N_OUT, N_IN, xr, MAX_TOK,
                             y_ref16, scratch) == 0);
+            CHECK(ev_matmul(pool, ev_kernels_scalar(), t->type, w, bias, N_OUT, N_IN, xr8, MAX_TOK,
+                            y_ref8, scratch) == 0);
             free(scratch);
         }
         for (int si = 0; si < n_sets; si++) {
@@ -282,8 +295,9 @@ static void test_simd_matmul_matches_scalar(void) {
                 int st = ev_matmul(pool, ev_kernels_scalar(), t->type, w, bias, N_OUT, N_IN, x,
                                    nt, y_ref, scratch);
                 st |= ev_matmul(pool, sets[si], t->type, w, bias, N_OUT, N_IN, x, nt, y, scratch);
+                const int q8x = sets[si]->gemm_q8x[t->type] && nt >= EV_MATMUL_INT_MIN_TOK_K;
                 const int q16x = sets[si]->gemm_q16x[t->type] && nt >= EV_MATMUL_INT_MIN_TOK_K;
-                const float *want = q16x ? y_ref16 : y_ref;
+                const float *want = q8x ? y_ref8 : q16x ? y_ref16 : y_ref;
                 int bad = 0;
                 for (int64_t tk = 0; tk < nt; tk++)
                     for (int r = 0; r < N_OUT; r++) {
@@ -302,6 +316,8 @@ static void test_simd_matmul_matches_scalar(void) {
     free(y);
     free(y_ref);
     free(y_ref16);
+    free(y_ref8);
+    free(xr8);
     free(xr);
     free(bias);
     ev_pool_free(pool);
@@ -327,29 +343,30 @@ static void extreme_scales(int32_t type, uint8_t *blk, int zero_q) {
     }
 }
 
-/* gemm_q16x of Q4_K/Q5_K/IQ4_XS/Q6_K in every set that has it against a double dot of the
- * dequantised weights and the int16-rounded activations, plus the bias: 53 rows (a full and
+/* gemm_q16x of Q4_K/Q5_K/IQ4_XS/Q6_K in every set that has it, and gemm_q8x where a set
+ * has that (ev_matmul prefers it), against a double dot of the
+ * dequantised weights and the int16- (gemm_q8x: Q8_0-) rounded activations, plus the bias: 53 rows (a full and
  * a partial 48-row panel), 1280 columns (40 blocks: K chunks of 16, 16, 8), 8, 16 and 21
  * tokens (the few-token start of the integer products, EV_MATMUL_FLOAT_MIN_TOK, a 1-token
  * tail tile), 1 and 2 threads. Super-blocks: random bytes, d = 0, every byte 0xff (Q4_K/
  * Q5_K scales and mins 63, q = 15 or 31: the largest int32 sums; Q6_K q = 63 at scale -1,
  * IQ4_XS kvalues[15] at ls = 63), 0x00 and 0x0f; Q4_K/Q5_K dmin = 0 and both 0, Q6_K/IQ4_XS
  * extreme scales (extreme_scales) on random and on zero quants. Activation blocks random,
- * and all +-amax (every int16 +-32767: |sum x| at its largest). Tolerance: (scale groups +
+ * and all +-amax (every int16 +-32767, int8 +-127: |sum x| at its largest). Tolerance: (scale groups +
  * 32) x 2^-23 of the split magnitude (|d-part x| + |dmin-part x|): the int32 sums of a group
  * (32 columns, Q6_K 16) are exact, only per-group float products and sums round (~1e-5 of
  * it here). */
-static void test_k_q16x_adversarial_blocks(void) {
+static void test_k_q16x_q8x_adversarial_blocks(void) {
     const ev_kernels *sets[MAX_SETS];
     const int n_sets = simd_sets(sets);
     enum { N_OUT = 53, N_IN = 1280, MAX_TOK = 21, NSB = N_IN / 256 };
     const int64_t toks[] = {EV_MATMUL_INT_MIN_TOK_K, EV_MATMUL_FLOAT_MIN_TOK, MAX_TOK};
     const int32_t types[] = {EV_TYPE_Q4_K, EV_TYPE_Q5_K, EV_TYPE_IQ4_XS, EV_TYPE_Q6_K};
-    int tested[4] = {0};
+    int tested[4] = {0}, tested8[4] = {0};
     ev_pool *pools[2] = {NULL, ev_pool_new(2)};
     float *x = malloc(sizeof(float) * MAX_TOK * N_IN), *xr = malloc(sizeof(float) * MAX_TOK * N_IN);
     float *y = malloc(sizeof(float) * N_OUT * MAX_TOK), *bias = malloc(sizeof(float) * N_OUT);
-    float *wf = malloc(sizeof(float) * N_IN);
+    float *wf = malloc(sizeof(float) * N_IN), *xr8 = malloc(sizeof(float) * MAX_TOK * N_IN);
     for (int i = 0; i < N_OUT; i++) bias[i] = tu_randf(&seed);
     for (int tk = 0; tk < MAX_TOK; tk++)
         for (int b = 0; b < N_IN / 32; b++) {
@@ -359,6 +376,7 @@ static void test_k_q16x_adversarial_blocks(void) {
                                                                   : tu_gaussian(&seed);
         }
     round_i16(x, xr, MAX_TOK * N_IN);
+    round_q8_0(x, xr8, MAX_TOK * N_IN);
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const ev_type_traits *t = ev_type_get(types[ti]);
         const int64_t rb = ev_row_bytes(t->type, N_IN);
@@ -378,19 +396,23 @@ static void test_k_q16x_adversarial_blocks(void) {
                 if (kind == 5 || kind == 6) memcpy(blk + t->scale_at[1], &zero, 2);  /* dmin */
             }
         const int groups = N_IN / (t->type == EV_TYPE_Q6_K ? 16 : 32);   /* scale groups */
-        double want[MAX_TOK][N_OUT], tol[MAX_TOK][N_OUT];
+        /* [0]: on the int16-rounded activations (gemm_q16x), [1]: Q8_0-rounded (gemm_q8x) */
+        static double want[2][MAX_TOK][N_OUT], tol[2][MAX_TOK][N_OUT];
         for (int r = 0; r < N_OUT; r++) {
             ev_row_to_f32(t->type, w + r * rb, wf, N_IN);
-            for (int tk = 0; tk < MAX_TOK; tk++) {
-                double v = bias[r];
-                for (int i = 0; i < N_IN; i++) v += (double)wf[i] * xr[tk * N_IN + i];
-                want[tk][r] = v;
-                tol[tk][r] = (groups + 32) * ldexp(1.0, -23) *
-                                 (dot_magnitude(t, w + r * rb, xr + tk * N_IN, N_IN) + fabsf(bias[r])) + 1e-30;
-            }
+            for (int q = 0; q < 2; q++)
+                for (int tk = 0; tk < MAX_TOK; tk++) {
+                    const float *xa = (q ? xr8 : xr) + tk * N_IN;
+                    double v = bias[r];
+                    for (int i = 0; i < N_IN; i++) v += (double)wf[i] * xa[i];
+                    want[q][tk][r] = v;
+                    tol[q][tk][r] = (groups + 32) * ldexp(1.0, -23) *
+                                        (dot_magnitude(t, w + r * rb, xa, N_IN) + fabsf(bias[r])) + 1e-30;
+                }
         }
         for (int si = 0; si < n_sets; si++) {
-            if (!sets[si]->gemm_q16x[t->type]) continue;
+            const int q8x = sets[si]->gemm_q8x[t->type] != NULL;
+            if (!sets[si]->gemm_q16x[t->type] && !q8x) continue;
             for (int pi = 0; pi < 2; pi++)
                 for (size_t ki = 0; ki < sizeof toks / sizeof toks[0]; ki++) {
                     const int64_t nt = toks[ki];
@@ -403,14 +425,15 @@ static void test_k_q16x_adversarial_blocks(void) {
                     for (int tk = 0; tk < nt; tk++)
                         for (int r = 0; r < N_OUT; r++) {
                             const double got = y[tk * N_OUT + r];
-                            if (!(fabs(got - want[tk][r]) <= tol[tk][r]) && bad++ < 3)
+                            if (!(fabs(got - want[q8x][tk][r]) <= tol[q8x][tk][r]) && bad++ < 3)
                                 fprintf(stderr, "  %s %s y[%d][%d] = %.9g, want %.9g (tol %.3g)\n",
-                                        sets[si]->name, t->name, tk, r, got, want[tk][r], tol[tk][r]);
+                                        sets[si]->name, t->name, tk, r, got, want[q8x][tk][r],
+                                        tol[q8x][tk][r]);
                         }
-                    CHECK_MSG(st == 0 && bad == 0, "%s gemm_q16x %s, %lld tokens, %s: status %d, %d off",
-                              sets[si]->name, t->name, (long long)nt, pools[pi] ? "2 threads" : "1 thread",
-                              st, bad);
-                    tested[ti]++;
+                    CHECK_MSG(st == 0 && bad == 0, "%s gemm_%s %s, %lld tokens, %s: status %d, %d off",
+                              sets[si]->name, q8x ? "q8x" : "q16x", t->name, (long long)nt,
+                              pools[pi] ? "2 threads" : "1 thread", st, bad);
+                    ++*(q8x ? &tested8[ti] : &tested[ti]);
                     free(scratch);
                 }
         }
@@ -422,8 +445,13 @@ static void test_k_q16x_adversarial_blocks(void) {
         for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
             CHECK_MSG(tested[ti] > 0, "gemm_q16x %s did not run on an AVX-512 VNNI host",
                       ev_type_get(types[ti])->name);
+    /* and the fast set's gemm_q8x of every type */
+    if (ev_kernels_x86_avx512_fast())
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+            CHECK_MSG(tested8[ti] > 0, "gemm_q8x %s did not run on an AVX-512 VNNI host",
+                      ev_type_get(types[ti])->name);
 #endif
-    free(x); free(xr); free(y); free(bias); free(wf);
+    free(x); free(xr); free(xr8); free(y); free(bias); free(wf);
     ev_pool_free(pools[1]);
 }
 
@@ -432,6 +460,6 @@ int main(void) {
     test_simd_k_dots_match_scalar();
     test_simd_dequantisers_bit_identical();
     test_simd_matmul_matches_scalar();
-    test_k_q16x_adversarial_blocks();
+    test_k_q16x_q8x_adversarial_blocks();
     return tu_report("test_kquants_simd");
 }

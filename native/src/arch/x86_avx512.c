@@ -6,8 +6,7 @@
  *    weights on int16 activations (vpdpwssd, x86_avx512_qgemm.c), within ~1e-5 of the float
  *    products; decode against F16/BF16 weights on 512-bit vectors (x86_avx512_gemv.c).
  *  - "avx512-vnni-fast" (EDGEVLM_KERNELS_FAST): llama.cpp's arithmetic for the many-token
- *    products of Q8_0/Q4_0 weights, Q8_0 activations (vpdpbusd; the K-quants and IQ4_XS keep
- *    the int16 ones) and, where the CPU has AVX-512 BF16, bf16 activations for BF16 weights
+ *    products of Q8_0/Q4_0/Q4_K/Q5_K/IQ4_XS/Q6_K weights, Q8_0 activations (vpdpbusd) and, where the CPU has AVX-512 BF16, bf16 activations for BF16 weights
  *    (vdpbf16ps, x86_avx512_bf16.c).
  */
 #if defined(__x86_64__)
@@ -35,6 +34,10 @@ static void build(void) {
     AVX512_FAST.name = "avx512-vnni-fast";
     AVX512_FAST.gemm_q8x[EV_TYPE_Q8_0] = ev_avx512_gemm_q8x_q8_0;
     AVX512_FAST.gemm_q8x[EV_TYPE_Q4_0] = ev_avx512_gemm_q8x_q4_0;
+    AVX512_FAST.gemm_q8x[EV_TYPE_Q4_K] = ev_avx512_gemm_q8x_q4_K;
+    AVX512_FAST.gemm_q8x[EV_TYPE_Q5_K] = ev_avx512_gemm_q8x_q5_K;
+    AVX512_FAST.gemm_q8x[EV_TYPE_IQ4_XS] = ev_avx512_gemm_q8x_iq4_xs;
+    AVX512_FAST.gemm_q8x[EV_TYPE_Q6_K] = ev_avx512_gemm_q8x_q6_K;
     if (__builtin_cpu_supports("avx512bf16")) {
         AVX512_FAST.name = "avx512-vnni-bf16-fast";
         AVX512_FAST.gemm_bf16x[EV_TYPE_BF16] = ev_avx512_gemm_bf16x;

@@ -68,6 +68,12 @@ void ev_avx512_gemm_q16x_iq4_xs(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx512_gemm_q16x_q6_K(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx512_gemm_q8x_q8_0(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx512_gemm_q8x_q4_0(const ev_gemm_args *a, int64_t r0, int64_t r1);
+/* Q4_K/Q5_K/IQ4_XS: Q8_0 activations with each block's sum in x_sum (the mins; the offset) */
+void ev_avx512_gemm_q8x_q4_K(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx512_gemm_q8x_q5_K(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx512_gemm_q8x_iq4_xs(const ev_gemm_args *a, int64_t r0, int64_t r1);
+/* Q6_K: x_sum the two half blocks' sums as int16 (low: columns 0..15) */
+void ev_avx512_gemm_q8x_q6_K(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx512_quantize_i16(const float *x, int16_t *q, float *d, int64_t n);
 
 /* decode against F16/BF16 weights (one token; more: the AVX2 tiles) of x86_avx512_gemv.c */

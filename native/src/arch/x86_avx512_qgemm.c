@@ -1,6 +1,5 @@
 /*
- * x86_avx512_qgemm.c - the many-token products of Q8_0/Q4_0 (and, int16 only, Q4_K/Q5_K/
- * IQ4_XS/Q6_K) weights with AVX-512 VNNI integer dot products. Y[t][r] = X[t] . W[r]
+ * x86_avx512_qgemm.c - the many-token products of Q8_0/Q4_0/Q4_K/Q5_K/IQ4_XS/Q6_K weights with AVX-512 VNNI integer dot products. Y[t][r] = X[t] . W[r]
  * (+ bias[r]) for one thread's rows [r0, r1). Two activation widths, one loop nest:
  *  - q16x (int16 activations, vpdpwssd: 32 int16 x int16 products a instruction, twice a
  *    float FMA's): each activation block of 32 rounded to int16 with its own scale
@@ -12,7 +11,7 @@
  *    ones, so the weights are made unsigned, u = q + 128 (Q8_0) or the raw nibble (Q4_0,
  *    value u - 8); sum(u x) = sum(q x) + o sum(x) with o = 128 or 8, so each block's int32
  *    accumulator starts at -o sum(x) (x_sum, from the quantisation).
- *  - Q4_K/Q5_K (q16x only): a block of 32 columns is one sub-block j of a super-block, value
+ *  - Q4_K/Q5_K: a block of 32 columns is one sub-block j of a super-block, value
  *    d sc_j q - dmin m_j with q in 0..15 (0..31). The panel holds q as int16, and per block
  *    and row dw = d sc_j and mw = -dmin m_j; the block's term is
  *    dw dx sum(q x) + mw dx sum(x), sum(x) the exact int32 sum of the block's int16
@@ -22,10 +21,16 @@
  *    adds pairs, 2 x 31 x 32767, into the accumulator: no intermediate saturation), and
  *    |sum x| <= 32 x 32767 ~ 2^20, exact in float32 too. K chunks of 16 blocks start on
  *    super-blocks (8 blocks), so a chunk's block b lies in its super-block b / 8 at j = b % 8.
- *  - IQ4_XS (q16x only): sub-block j's value d (ls_j - 32) kvalues[nibble]; the panel holds
+ *  - IQ4_XS: sub-block j's value d (ls_j - 32) kvalues[nibble]; the panel holds
  *    kvalues[nibble] as int16 (a vpshufb of the nibbles; |.| <= 127: |sum q x| <= 133e6 <
  *    2^31), dw = d (ls_j - 32), no mins term (Q8_0's epilogue).
- *  - Q6_K (q16x only): a scale per 16 values, value d sc_i (q - 32) with q in 0..63. The
+ *  - q8x of Q4_K/Q5_K/IQ4_XS/Q6_K (the fast sets): the same scales, the weights as unsigned bytes:
+ *    Q4_K/Q5_K q itself (no offset; the mins term as above, x_sum now the int8 block's sum:
+ *    |sum q x| <= 31 x 127 x 32), IQ4_XS kvalues[nibble] + 128 (offset 128, as Q8_0). K
+ *    chunks of 32 blocks: 4 super-blocks. Q6_K: q in 0..63 (offset 32) and a scale per 16
+ *    columns, so a sum per half block: x_sum holds both as int16 (low: columns 0..15), each
+ *    half 4 steps with its own start -32 sum and epilogue (|sum| <= 63 x 127 x 16).
+ *  - Q6_K: a scale per 16 values, value d sc_i (q - 32) with q in 0..63. The
  *    panel holds q - 32 (|.| <= 32), and per block and row dw = d sc_2j for columns 0..15 and
  *    dw_hi = d sc_2j+1 for 16..31: the tile applies the epilogue after each half's 8 steps
  *    (cvt, multiply, FMA, then the int accumulators start again): 2 epilogues beside 16 dot
@@ -149,14 +154,14 @@ EV_AVX512_INLINE __m256i load_pair16(const uint8_t *a, const uint8_t *b, size_t 
  *  - Q6_K q - 32: sub-block j = 4 c + i (c: which 128 of the super-block) has its low 4 bits
  *    in the low (i < 2) or high nibbles of ql[64 c + 32 (i % 2) + 16 h ..], its high 2 at bits
  *    2i..2i+1 of qh[32 c + 16 h ..]. */
-EV_AVX512_INLINE __m512i k_half(const uint8_t *a, const uint8_t *b, int j, int h, const int wt) {
+EV_AVX512_INLINE __m256i k_bytes(const uint8_t *a, const uint8_t *b, int j, int h, const int wt) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     if (wt == W_IQ4_XS) {
         const __m256i raw = load_pair16(a, b, offsetof(ev_block_iq4_xs, qs) + 16 * (size_t)j);
         const __m256i nib = _mm256_and_si256(h ? _mm256_srli_epi16(raw, 4) : raw, m4);
         const __m256i lut =
             _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)ev_iq4nl_values));
-        return _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(lut, nib));
+        return _mm256_shuffle_epi8(lut, nib);
     }
     if (wt == W_Q6_K) {
         const int c = j / 4, i = j % 4;
@@ -168,7 +173,7 @@ EV_AVX512_INLINE __m512i k_half(const uint8_t *a, const uint8_t *b, int j, int h
         const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * i)),
                                             _mm256_set1_epi8(3));
         const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));   /* 0..63 a byte */
-        return _mm512_cvtepi8_epi16(_mm256_sub_epi8(q, _mm256_set1_epi8(32)));
+        return _mm256_sub_epi8(q, _mm256_set1_epi8(32));
     }
     const size_t qs = wt == W_Q4_K ? offsetof(ev_block_q4_K, qs) : offsetof(ev_block_q5_K, qs);
     const size_t o = qs + 32 * (size_t)(j / 2) + 16 * (size_t)h;
@@ -186,7 +191,24 @@ EV_AVX512_INLINE __m512i k_half(const uint8_t *a, const uint8_t *b, int j, int h
                                              _mm256_set1_epi8(1));
         v = _mm256_or_si256(v, _mm256_slli_epi16(bit, 4));   /* bit 0 of each byte -> 16 */
     }
-    return _mm512_cvtepi8_epi16(v);
+    return v;
+}
+
+/* q16x: the 16 columns as int16 */
+EV_AVX512_INLINE __m512i k_half(const uint8_t *a, const uint8_t *b, int j, int h, const int wt) {
+    return _mm512_cvtepi8_epi16(k_bytes(a, b, j, h, wt));
+}
+
+/* q8x: sub-block j's 32 columns of rows a, b as unsigned bytes [a 0..31 | b 0..31] (like
+ * q8x_pair): Q4_K/Q5_K q itself (no offset), IQ4_XS kvalues[nibble] + 128 (offset 128),
+ * Q6_K q in 0..63 (offset 32). */
+EV_AVX512_INLINE __m512i k_pair(const uint8_t *a, const uint8_t *b, int j, const int wt) {
+    const __m256i lo = k_bytes(a, b, j, 0, wt), hi = k_bytes(a, b, j, 1, wt);
+    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    z = _mm512_shuffle_i32x4(z, z, 0xd8);   /* [a lo | b lo | a hi | b hi] -> [a | b] */
+    return wt == W_IQ4_XS ? _mm512_xor_si512(z, _mm512_set1_epi8((char)0x80))
+           : wt == W_Q6_K ? _mm512_add_epi8(z, _mm512_set1_epi8(32))
+                          : z;
 }
 
 /* Sub-block j's scales in the super-block at s: Q4_K/Q5_K dw = d sc_j and mw = -dmin m_j;
@@ -234,7 +256,7 @@ EV_AVX512_INLINE void panel_pack(q_panel *p, const ev_gemm_args *a, int64_t r, i
                     const int ia = 16 * g + (k < 4 ? k : k + 4), ib = ia + 4;
                     const uint8_t *qa = row[ia] ? row[ia] + off : zero_block;
                     const uint8_t *qb = row[ib] ? row[ib] + off : zero_block;
-                    z[k] = IS_K(wt) ? k_half(qa, qb, j, h, wt)
+                    z[k] = IS_K(wt) ? (x16 ? k_half(qa, qb, j, h, wt) : k_pair(qa, qb, j, wt))
                            : x16    ? q16x_half(qa, qb, h, q4)
                                     : q8x_pair(qa, qb, q4);
                 }
@@ -254,12 +276,13 @@ EV_AVX512_INLINE void panel_pack(q_panel *p, const ev_gemm_args *a, int64_t r, i
     }
 }
 
-/* Steps s0..s0+7 of one block: per step the RG weight vectors, and per token its 4
+/* Steps s0..s0+ns-1 of one block: per step the RG weight vectors, and per token its 4
  * activation bytes broadcast into one dot instruction per row group. */
 EV_AVX512_INLINE void q_steps(__m512i iacc[RGM][MT], const uint8_t *wb, const uint8_t *const *xq,
-                              int64_t xoff, int s0, const int RG, const int T, const int x16) {
+                              int64_t xoff, int s0, const int ns, const int RG, const int T,
+                              const int x16) {
 #pragma GCC unroll 8
-    for (int s = s0; s < s0 + 8; s++) {
+    for (int s = s0; s < s0 + ns; s++) {
         __m512i w[RGM];
 #pragma GCC unroll 4
         for (int g = 0; g < RG; g++) w[g] = _mm512_load_si512((const __m512i *)(wb + s * STEP_BYTES + g * 64));
@@ -292,11 +315,12 @@ EV_AVX512_INLINE void q_scale_add(__m512 facc[RGM][MT], const __m512i iacc[RGM][
 }
 
 /* RG row groups (1..3) x T tokens (1..4) from token t over the panel's n blocks; kofs (K
- * weights with mins, x16): each block also adds mw dx x_sum; halves (Q6_K, x16): each half
- * block of 16 columns its own scale (dw, then dw_hi). */
+ * weights with mins): each block also adds mw dx x_sum; halves (Q6_K): each half block of
+ * 16 columns its own scale (dw, then dw_hi); q8x: its own offset sum too, the two int16 half
+ * sums in x_sum (low, high). */
 EV_AVX512_INLINE void q_tile(const q_panel *p, const ev_gemm_args *a, int64_t r, int R,
                              int64_t t, int64_t kb, int n, const int RG, const int T,
-                             const int x16, const int kofs, const int halves, const int shift) {
+                             const int x16, const int kofs, const int halves, const int ofs) {
     const int64_t nb = a->n_in / EV_QK;
     /* activation blocks: int16 [32] (64 bytes), or ev_block_q8_0 (34 bytes, qs at 2) */
     const int64_t xbs = x16 ? 64 : (int64_t)sizeof(ev_block_q8_0);
@@ -324,22 +348,28 @@ EV_AVX512_INLINE void q_tile(const q_panel *p, const ev_gemm_args *a, int64_t r,
         __m512i iacc[RGM][MT];
 #pragma GCC unroll 4
         for (int j = 0; j < T; j++) {
-            const __m512i c = x16 ? _mm512_setzero_si512() : _mm512_set1_epi32(-xs[j][b] * (1 << shift));
+            const __m512i c =
+                x16 ? _mm512_setzero_si512()
+                    : _mm512_set1_epi32(-(halves ? (int16_t)(xs[j][b] & 0xffff) : xs[j][b]) * ofs);
 #pragma GCC unroll 4
             for (int g = 0; g < RG; g++) iacc[g][j] = c;
         }
         const uint8_t *wb = p->wq + (size_t)b * BLOCK_BYTES(x16);
-        /* 8 steps (int8) or 2 x 8 (int16) as fixed-count loops that unroll completely: a
-         * rolled loop made GCC copy all 12 accumulators every step */
-        q_steps(iacc, wb, xq, b * xbs, 0, RG, T, x16);
+        /* 8 steps (int8; halves: 2 x 4) or 2 x 8 (int16) as fixed-count loops that unroll
+         * completely: a rolled loop made GCC copy all 12 accumulators every step */
+        const int ns = x16 || !halves ? 8 : 4;   /* the steps of the first half, or all */
+        q_steps(iacc, wb, xq, b * xbs, 0, ns, RG, T, x16);
         if (halves) {   /* columns 0..15 at dw, then the accumulators start again */
             q_scale_add(facc, iacc, p->dw[b], dx, b, RG, T);
 #pragma GCC unroll 4
-            for (int g = 0; g < RG; g++)
+            for (int j = 0; j < T; j++) {
+                const __m512i c = x16 ? _mm512_setzero_si512()
+                                      : _mm512_set1_epi32(-(xs[j][b] >> 16) * ofs);
 #pragma GCC unroll 4
-                for (int j = 0; j < T; j++) iacc[g][j] = _mm512_setzero_si512();
+                for (int g = 0; g < RG; g++) iacc[g][j] = c;
+            }
         }
-        if (x16) q_steps(iacc, wb, xq, b * xbs, 8, RG, T, x16);
+        if (x16 || halves) q_steps(iacc, wb, xq, b * xbs, ns, ns, RG, T, x16);
         q_scale_add(facc, iacc, halves ? p->dw_hi[b] : p->dw[b], dx, b, RG, T);
         if (kofs) {
 #pragma GCC unroll 4
@@ -363,12 +393,14 @@ EV_AVX512_INLINE void q_tile(const q_panel *p, const ev_gemm_args *a, int64_t r,
 }
 
 /* The tile shapes, each its own function (inlined into one loop, the accumulators spill);
- * MODE 0: q8x, 1: q16x, 2: q16x with the K mins term, 3: q16x with a scale per half block. */
+ * MODE 0: q8x, 1: q16x, 2: q16x with the K mins term, 3: q16x with a scale per half block,
+ * 4: q8x with the K mins term, 5: q8x with a scale (and offset sum) per half block. */
 #define Q_TILE(MODE, RG, T)                                                                  \
     EV_AVX512 __attribute__((noinline)) static void tile##MODE##_##RG##x##T(                 \
         const q_panel *p, const ev_gemm_args *a, int64_t r, int R, int64_t t, int64_t kb,     \
-        int n, int shift) {                                                                  \
-        q_tile(p, a, r, R, t, kb, n, RG, T, (MODE) >= 1, (MODE) == 2, (MODE) == 3, shift);    \
+        int n, int ofs) {                                                                    \
+        q_tile(p, a, r, R, t, kb, n, RG, T, (MODE) >= 1 && (MODE) <= 3,                      \
+               (MODE) == 2 || (MODE) == 4, (MODE) == 3 || (MODE) == 5, ofs);                 \
     }
 #define Q_TILES_RG(X16, RG)                                                                  \
     Q_TILE(X16, RG, 1) Q_TILE(X16, RG, 2) Q_TILE(X16, RG, 3) Q_TILE(X16, RG, 4)
@@ -379,14 +411,18 @@ Q_TILES_RG(0, 1) Q_TILES_RG(0, 2) Q_TILES_RG(0, 3)
 Q_TILES_RG(1, 1) Q_TILES_RG(1, 2) Q_TILES_RG(1, 3)
 Q_TILES_RG(2, 1) Q_TILES_RG(2, 2) Q_TILES_RG(2, 3)
 Q_TILES_RG(3, 1) Q_TILES_RG(3, 2) Q_TILES_RG(3, 3)
+Q_TILES_RG(4, 1) Q_TILES_RG(4, 2) Q_TILES_RG(4, 3)
+Q_TILES_RG(5, 1) Q_TILES_RG(5, 2) Q_TILES_RG(5, 3)
 
 typedef void (*q_tile_fn)(const q_panel *p, const ev_gemm_args *a, int64_t r, int R,
-                          int64_t t, int64_t kb, int n, int shift);
-static const q_tile_fn TILES[4][RGM + 1][MT + 1] = {
+                          int64_t t, int64_t kb, int n, int ofs);
+static const q_tile_fn TILES[6][RGM + 1][MT + 1] = {
     {{NULL}, Q_ROW(0, 1), Q_ROW(0, 2), Q_ROW(0, 3)},
     {{NULL}, Q_ROW(1, 1), Q_ROW(1, 2), Q_ROW(1, 3)},
     {{NULL}, Q_ROW(2, 1), Q_ROW(2, 2), Q_ROW(2, 3)},
     {{NULL}, Q_ROW(3, 1), Q_ROW(3, 2), Q_ROW(3, 3)},
+    {{NULL}, Q_ROW(4, 1), Q_ROW(4, 2), Q_ROW(4, 3)},
+    {{NULL}, Q_ROW(5, 1), Q_ROW(5, 2), Q_ROW(5, 3)},
 };
 
 /* Tile i of a panel's n_tiles: from tile n_tiles - PF_TILES on, each tile prefetches its
@@ -403,13 +439,15 @@ EV_AVX512_INLINE void prefetch_share(const uint8_t *w, int64_t stride, int64_t r
 EV_AVX512_INLINE void q_gemm(const ev_gemm_args *a, int64_t r0, int64_t r1, const int wt,
                              const int x16) {
     const int64_t nb = a->n_in / EV_QK;
-    const int kcb = PANEL_BYTES / BLOCK_BYTES(x16);   /* K: 2 super-blocks (int16 only) */
-    const int shift = wt == W_Q4_0 ? 3 : 7;    /* q8x: the unsigned offset o = 8 or 128 */
+    const int kcb = PANEL_BYTES / BLOCK_BYTES(x16);   /* K: 2 (int16) or 4 super-blocks */
+    /* q8x: the unsigned weights' offset o (Q4_K/Q5_K: none, their mins term instead) */
+    const int ofs = wt == W_Q4_0 ? 8 : wt == W_Q8_0 || wt == W_IQ4_XS ? 128 : wt == W_Q6_K ? 32 : 0;
     q_panel *p = (q_panel *)(void *)a->pack;   /* 64-byte aligned, 1.2 MiB (uses 60 KiB) */
     /* rows per y block: its y (rows x n_tok floats) stays in L2 across the K chunks */
     int64_t rows_per_yb = (int64_t)Y_BLOCK_BYTES / (4 * (a->n_tok > 0 ? a->n_tok : 1)) / PR * PR;
     if (rows_per_yb < PR) rows_per_yb = PR;
-    const int mode = !x16 ? 0 : HAS_MINS(wt) ? 2 : HALF_SCALES(wt) ? 3 : 1;   /* TILES[mode] */
+    const int mode = !x16 ? (HAS_MINS(wt) ? 4 : HALF_SCALES(wt) ? 5 : 0)   /* TILES[mode] */
+                     : HAS_MINS(wt) ? 2 : HALF_SCALES(wt) ? 3 : 1;
     const int64_t n_tiles = (a->n_tok + MT - 1) / MT;
     for (int64_t rb = r0; rb < r1; rb += rows_per_yb) {
         const int64_t re = r1 - rb < rows_per_yb ? r1 : rb + rows_per_yb;
@@ -429,7 +467,7 @@ EV_AVX512_INLINE void q_gemm(const ev_gemm_args *a, int64_t r0, int64_t r1, cons
                 for (int64_t i = 0; i < n_tiles; i++) {
                     prefetch_share(w_next, a->w_stride, rows_next, bytes_next, i, n_tiles);
                     const int64_t t = i * MT;
-                    tiles[a->n_tok - t < MT ? a->n_tok - t : MT](p, a, r, R, t, kb, n, shift);
+                    tiles[a->n_tok - t < MT ? a->n_tok - t : MT](p, a, r, R, t, kb, n, ofs);
                 }
             }
         }
@@ -450,6 +488,24 @@ EV_AVX512 void ev_avx512_gemm_q16x_q8_0(const ev_gemm_args *a, int64_t r0, int64
 
 EV_AVX512 void ev_avx512_gemm_q16x_q4_0(const ev_gemm_args *a, int64_t r0, int64_t r1) {
     q_gemm(a, r0, r1, W_Q4_0, 1);
+}
+
+/* Q8_0 activations with each block's sum (the mins, IQ4_XS's offset 128) */
+EV_AVX512 void ev_avx512_gemm_q8x_q4_K(const ev_gemm_args *a, int64_t r0, int64_t r1) {
+    q_gemm(a, r0, r1, W_Q4_K, 0);
+}
+
+EV_AVX512 void ev_avx512_gemm_q8x_q5_K(const ev_gemm_args *a, int64_t r0, int64_t r1) {
+    q_gemm(a, r0, r1, W_Q5_K, 0);
+}
+
+EV_AVX512 void ev_avx512_gemm_q8x_iq4_xs(const ev_gemm_args *a, int64_t r0, int64_t r1) {
+    q_gemm(a, r0, r1, W_IQ4_XS, 0);
+}
+
+/* x_sum: each block's two half sums as int16, columns 0..15 low, 16..31 high */
+EV_AVX512 void ev_avx512_gemm_q8x_q6_K(const ev_gemm_args *a, int64_t r0, int64_t r1) {
+    q_gemm(a, r0, r1, W_Q6_K, 0);
 }
 
 /* a->x_sum: each int16 activation block's exact sum */
