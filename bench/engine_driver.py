@@ -38,7 +38,7 @@ class WorkerProc:
         cmd = [python, str(WORKER_SCRIPT), "--worker", engine.replace(".", ""),
                "--gguf-dir", str(gguf_dir),
                "--threads", str(args.threads), "--ctx", str(args.ctx),
-               "--batch", str(args.batch), "--llama-bin", str(args.llama_bin or "")]
+               "--batch", str(args.batch), "--llama-bin", str(getattr(args, "llama_bin", "") or "")]
         env = dict(os.environ)
         self.log_fh = open(log_path, "a")  # noqa: SIM115 - lives as long as the worker
         self.log_fh.write(f"\n===== {time.ctime()} {' '.join(cmd)}\n")

@@ -109,7 +109,11 @@ def test_latest_frame_wins_when_the_board_is_busy(
     client = mqtt_client()
     client.sub(f"{ROOT}/yard/snapshot", f"{ROOT}/yard/description")
     frames = [frame(10 + i) for i in range(5)]
-    for image in frames:  # the first one starts; the others replace each other while waiting
+    client.pub(f"{ROOT}/yard/image", frames[0])
+    # the first one starts (under load, a frame sent before the worker took it would replace
+    # it: wait for the worker to hold it); the others replace each other while waiting
+    wait_until(lambda: service.worker.running_since is not None, what="the first frame running")
+    for image in frames[1:]:
         client.pub(f"{ROOT}/yard/image", image)
     wait_until(lambda: any(m.payload == frames[-1]
                            for m in client.inbox.on(f"{ROOT}/yard/snapshot")),
