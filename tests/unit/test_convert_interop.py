@@ -12,9 +12,7 @@ the 26 added tokens, 151936 embedding rows) on the tiny model dimensions.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
@@ -26,23 +24,14 @@ from tests.gguf_read import GGUFFile, read_gguf, values
 from tests.helpers import describe_image_greedily
 from tests.qwen3vl_checkpoints import write_checkpoint
 from tests.qwen_tokenizers import CORPUS, QWEN_EMBEDDING_ROWS, qwen_reference_tokenizer
+from tools import llamacpp_convert
 
 pytestmark = [pytest.mark.reference, pytest.mark.interop]
 
 TYPES = ("f32", "f16")
-ROOT = Path(__file__).resolve().parents[2]
 # Written by both; the value differs by design: llama.cpp title-cases the directory name.
 DIFFERENT_BY_DESIGN = {"general.name"}
 Pair = tuple[GGUFFile, GGUFFile]
-
-
-def _tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("llamacpp_convert",
-                                                  ROOT / "tools" / "llamacpp_convert.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +40,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Mod
     root = tmp_path_factory.mktemp("interop")
     ckpt = write_checkpoint(root / "Qwen3-VL-tiny", qwen_reference_tokenizer(),
                             vocab_rows=QWEN_EMBEDDING_ROWS)
-    theirs = _tool().run_converter(ckpt, root / "llamacpp", TYPES)
+    theirs = llamacpp_convert.run_converter(ckpt, root / "llamacpp", TYPES)
     out: dict[tuple[str, str], ModelFiles] = {}
     for t in TYPES:
         ours = convert_checkpoint(ckpt, root / "edgevlm" / t, t, t)

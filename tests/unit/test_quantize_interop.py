@@ -26,11 +26,9 @@ computed by edgevlm's engine from both files: the comparison is of the files.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
@@ -43,11 +41,11 @@ from tests.gguf_read import GGUFFile, Tensor, read_gguf
 from tests.helpers import describe_image_greedily
 from tests.qwen3vl_checkpoints import write_checkpoint, write_safetensors
 from tests.qwen_tokenizers import QWEN_EMBEDDING_ROWS, qwen_reference_tokenizer
+from tools import llamacpp_tools
 
 # opt-in (pyproject.toml deselects llamacpp_build): pytest -m llamacpp_build
 pytestmark = [pytest.mark.reference, pytest.mark.interop, pytest.mark.llamacpp_build]
 
-ROOT = Path(__file__).resolve().parents[2]
 TYPES = tuple(MIXES)   # q4_k_m q5_k_m q6_k q3_k_m iq4_xs: llama-quantize's names, lower case
 Q = GGMLQuantizationType
 
@@ -125,15 +123,6 @@ def _add_edge_rows(ckpt: Path) -> None:
     write_safetensors(path, tensors)
 
 
-def _tools() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("llamacpp_tools",
-                                                  ROOT / "tools" / "llamacpp_tools.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _llama_quantize(tool: Path, source: Path, out: Path, mix: str) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run([str(tool), str(source), str(out), mix.upper(), "2"],
@@ -158,7 +147,7 @@ def files(tmp_path_factory: pytest.TempPathFactory,
                             vocab_rows=QWEN_EMBEDDING_ROWS,
                             text=_text_config(checkpoint.intermediate_size))
     _add_edge_rows(ckpt)
-    tool = _tools().ensure_tools(["llama-quantize"], "native") / "llama-quantize"
+    tool = llamacpp_tools.ensure_tools(["llama-quantize"], "native") / "llama-quantize"
     f32 = convert_checkpoint(ckpt, root / "edgevlm" / "f32", "f32")
     out: dict[tuple[str, str], ModelFiles] = {}
     for mix in TYPES:
