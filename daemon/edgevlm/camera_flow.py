@@ -101,7 +101,6 @@ class CameraFlow:
                            skipped, deadline=now + EVENT_DEADLINE_S)
             if not self.queue.put_event(f"camera:{frame.camera}", EVENT_QUEUE_PER_CAMERA, job):
                 self.dropped(frame, "queue_full")
-            self.metrics.set_queue_depth(len(self.queue))
             return
         job = FrameJob(frame.camera, frame.event_id, describe.VERB, admitted, now, done)
         accepted, replaced = self.queue.put_latest(f"camera:{frame.camera}", job)
@@ -109,7 +108,6 @@ class CameraFlow:
             log.info("camera %s: a newer frame replaced the one still waiting", frame.camera)
         elif not accepted:
             log.info("camera %s: queue full, frame dropped", frame.camera)
-        self.metrics.set_queue_depth(len(self.queue))
 
     def dropped(self, frame: CameraFrame, reason: str) -> None:
         """A queued Frigate event that will not run: its ``skipped`` record."""

@@ -75,7 +75,7 @@ class Metrics:
         self._received = self._answered = self._errored = self._deduplicated = 0
         self._errors: Counter[str] = Counter()
         self._recent: deque[_Answer] = deque(maxlen=WINDOW)
-        self._queue_depth = 0
+        self._queue_depth: Callable[[], int] = lambda: 0  # read at each snapshot
         self._busy = False
         self._connected = False
         self._reconnects = 0
@@ -127,9 +127,11 @@ class Metrics:
         with self._lock:
             return self._internal_in_a_row
 
-    def set_queue_depth(self, n: int) -> None:
-        with self._lock:
-            self._queue_depth = max(n, 0)
+    def watch_queue(self, depth: Callable[[], int]) -> None:
+        """Read the queue depth from ``depth`` (e.g. ``len`` of the job queue) at each
+        snapshot: a gauge that is read, never pushed, cannot be left stale by a thread that
+        changed the queue and has not yet reported it."""
+        self._queue_depth = depth
 
     def set_busy(self, busy: bool) -> None:
         with self._lock:
@@ -160,11 +162,12 @@ class Metrics:
 
     def snapshot(self, cache: CacheStats | None = None) -> dict[str, Any]:
         """The ``bridge/health`` JSON document (see docs/configuration.md for the schema)."""
+        queue_depth = max(self._queue_depth(), 0)  # the queue's own lock, outside ours
         with self._lock:
             received, answered, errored = self._received, self._answered, self._errored
             errors = dict(sorted(self._errors.items()))
             recent = list(self._recent)
-            state = (self._queue_depth, self._busy, self._connected, self._reconnects,
+            state = (queue_depth, self._busy, self._connected, self._reconnects,
                      self._deduplicated)
             answers_refused = self._answers_refused
             uptime = self._clock() - self._started

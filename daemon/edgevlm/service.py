@@ -129,6 +129,7 @@ class Service:
         context = preflight_context(self.engine, mm=config.limits.limit_mm_per_prompt,
                                     media=config.media.policy())
         self.queue = JobQueue(config.limits.max_queue)
+        self.metrics.watch_queue(self.queue.__len__)
         self.dedupe = DedupeMemory(config.limits.dedupe_window_s,
                                    config.limits.dedupe_max_entries)
         self.requests = RequestHandler(self.topics, RequestSide(

@@ -127,7 +127,8 @@ def test_state_cache_and_uptime() -> None:
     m = Metrics(clock=lambda: now[0])
     now[0] = 17.25
     m.set_busy(True)
-    m.set_queue_depth(3)
+    waiting = [1, 2, 3]
+    m.watch_queue(waiting.__len__)  # read at the snapshot, not pushed
     m.set_connected(True)
     m.reconnected()
     m.reconnected()

@@ -91,7 +91,6 @@ class Worker:
             if isinstance(job, RequestJob):
                 self.fail(job, Busy("the daemon is stopping; send the request again (another "
                                     "board of the pool, or this one after its restart)"))
-        self.metrics.set_queue_depth(0)
         self._stopping.set()
         self._thread.join(timeout=grace_s)
         if self._thread.is_alive():
@@ -114,7 +113,6 @@ class Worker:
         jobs = [job for job in self.queue.remove(wanted) if isinstance(job, RequestJob)]
         for job in jobs:
             self.fail(job, exc)
-        self.metrics.set_queue_depth(len(self.queue))
         return len(jobs)
 
     # ------------------------------------------------------------------ the loop
@@ -124,7 +122,6 @@ class Worker:
             try:
                 job = self.queue.get(timeout=0.25)
                 self._running_since = None if job is None else time.monotonic()
-                self.metrics.set_queue_depth(len(self.queue))
                 if job is None:
                     self._set_busy(False)
                     continue

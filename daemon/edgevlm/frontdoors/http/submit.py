@@ -94,5 +94,4 @@ class Submitter:
             self.metrics.finished("busy")
             raise Busy(f"the queue is full ({self.queue.capacity} waiting, limits.max_queue); "
                        "retry later")
-        self.metrics.set_queue_depth(len(self.queue))
         return reply

@@ -189,7 +189,6 @@ class RequestHandler:
                          received=msg.received, deadline=self._deadline(msg, request.deadline_ms),
                          requester=requester, pooled=rt.pooled)
         if self.queue.put(job):
-            self.metrics.set_queue_depth(len(self.queue))
             if self.progress is not None and request.progress_s is not None:
                 self.progress.track(job, route)
             return
