@@ -18,6 +18,7 @@ from collections.abc import Callable
 import numpy as np
 from PIL import Image
 
+from edgevlm.engine.families.qwen3vl import render_segments as qwen3vl_chat
 from edgevlm.pipeline.admission import RequestSide, admit
 from edgevlm.pipeline.limits import MMLimits, RequestLimits
 from edgevlm.pipeline.preflight import PreflightContext, preflight
@@ -58,6 +59,7 @@ def main() -> None:
     payload = json.dumps({"v": 1, "id": "bench", "messages": [{"role": "user", "content": [
         *parts, {"type": "text", "text": "What changed between these frames?"}]}]}).encode()
     ctx = PreflightContext(family=get_family("qwen3-vl"), context_length=32768,
+                           chat_template=qwen3vl_chat,
                            tokenizer=ByteCountTokenizer(), max_pixels=1_003_520,
                            mm=MMLimits.parse({"image": 8}))
     side = RequestSide(RequestLimits(mm=ctx.mm, max_payload_bytes=64 << 20), ctx)

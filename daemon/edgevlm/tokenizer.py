@@ -1,21 +1,18 @@
-"""Text tokenizer of the model and the Qwen3-VL chat template.
+"""Text tokenizer of the model, and the rendered chat every family's template produces.
 
 The tokenizer is a Hugging Face ``tokenizers`` tokenizer loaded from a ``tokenizer.json``
 (the model file carries it once the engine loads one). Without a model, token budgets use
 :class:`ByteCountTokenizer`, an upper bound (a byte-level BPE token is at least one byte).
 
-:func:`render_chat` renders messages the way Qwen3-VL's chat template does: ChatML, no default
-system prompt, each image as ``<|vision_start|><|image_pad|><|vision_end|>`` and each video as
-``<|vision_start|><|video_pad|><|vision_end|>`` (one placeholder each, expanded later), the
-generation prompt ``<|im_start|>assistant\\n`` at the end.
-
-Only the template's own markers are control tokens. :func:`render_segments` gives them as
-:class:`Control` pieces (the prompt holds their ids); every other piece, the message text
+A family's chat template (``render_segments`` of its module in :mod:`edgevlm.engine.families`)
+gives the prompt as :data:`Segment` pieces: the template's own markers as :class:`Control`
+pieces (the prompt holds their ids), media slots, and text. Every text piece, the message text
 included, is tokenized with :meth:`HFTokenizer.encode_text`, which reads a special token's
 string (``<|im_start|>``, ``<|image_pad|>``…) as plain text: a client cannot forge a turn or a
 vision placeholder. This is transformers' ``split_special_tokens=True``; non-special added
 tokens (``<think>``, ``<tool_call>``) stay single tokens there as here. Text without special
 strings gets the ids it always had (the tokenizer splits at special tokens first too).
+:func:`count_chat` and :func:`tokenize_chat` read those segments.
 """
 
 from __future__ import annotations
@@ -24,21 +21,13 @@ import json
 import os
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from tokenizers import Tokenizer, models
 
-from .wire.protocol import (
-    ImagePart,
-    ImageRefPart,
-    ImageUrlPart,
-    Message,
-    TextPart,
-    VideoFramesPart,
-    VisionTokensPart,
-)
+from .wire.protocol import Message
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -241,66 +230,20 @@ class Control:
 
 
 MediaSlot = int  # index of a media item (image or video) in prompt order
+Segment = str | Control | MediaSlot
+# A family's chat template (edgevlm.engine.families): messages, add_generation_prompt -> the
+# prompt as segments: its control tokens, text pieces (one between two non-text segments,
+# to encode with HFTokenizer.encode_text) and media slots (one per image or video, in order,
+# each standing for the family's whole vision placeholder of that item).
+ChatTemplate = Callable[[Sequence[Message], bool], list[Segment]]
 
 
-def render_segments(messages: Sequence[Message], add_generation_prompt: bool = True
-                    ) -> list[str | Control | MediaSlot]:
-    """The chat template as pieces: the template's control tokens, text (role lines, newlines
-    and message text; one piece between two non-text pieces, to encode with
-    :meth:`HFTokenizer.encode_text`) and media slots (each stands for the whole
-    ``<|vision_start|>…<|vision_end|>`` placeholder of one image or video, in order)."""
-    out: list[str | Control | MediaSlot] = []
-    text = ""
-
-    def cut(piece: Control | MediaSlot) -> None:
-        nonlocal text
-        if text:
-            out.append(text)
-            text = ""
-        out.append(piece)
-
-    media = 0
-    for m in messages:
-        cut(Control(IM_START))
-        text += f"{m.role}\n"
-        for part in m.parts():
-            if isinstance(part, TextPart):
-                text += part.text
-            elif isinstance(part, ImagePart | ImageUrlPart | ImageRefPart | VisionTokensPart
-                            | VideoFramesPart):
-                cut(media)
-                media += 1
-            # audio parts are refused at admission
-        cut(Control(IM_END))
-        text += "\n"
-    if add_generation_prompt:
-        cut(Control(IM_START))
-        text += "assistant\n"
-    if text:
-        out.append(text)
-    return out
-
-
-def render_chat(messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
-    """The prompt text of the Qwen3-VL chat template, one placeholder per image or video (to
-    show or compare: tokenizing it would read special strings of the message text as special
-    tokens; the engine tokenizes :func:`render_segments`)."""
-    kinds = [VIDEO_PLACEHOLDER if isinstance(p, VideoFramesPart) else IMAGE_PLACEHOLDER
-             for m in messages for p in m.parts()
-             if isinstance(p, ImagePart | ImageUrlPart | ImageRefPart | VisionTokensPart
-                           | VideoFramesPart)]
-    return "".join(piece.token if isinstance(piece, Control)
-                   else piece if isinstance(piece, str) else kinds[piece]
-                   for piece in render_segments(messages, add_generation_prompt))
-
-
-def count_chat(messages: Sequence[Message], tokenizer: TextTokenizer,
-               add_generation_prompt: bool = True) -> int:
-    """Tokens of the prompt the engine assembles from :func:`render_segments`: one per control
-    token, the text pieces as :meth:`HFTokenizer.encode_text` reads them, and 3 per media slot
-    (start, pad, end, as in :func:`render_chat`; the caller counts the item's real tokens)."""
+def count_chat(segments: Sequence[Segment], tokenizer: TextTokenizer) -> int:
+    """Tokens of the prompt the engine assembles from a chat template's ``segments``: one per
+    control token, the text pieces as :meth:`HFTokenizer.encode_text` reads them, and 3 per
+    media slot (start, pad, end; the caller counts the item's real tokens)."""
     total = 0
-    for piece in render_segments(messages, add_generation_prompt):
+    for piece in segments:
         if isinstance(piece, Control):
             total += 1
         elif isinstance(piece, str):
@@ -325,11 +268,11 @@ class ChatTokens:
         return sum(len(p) if isinstance(p, tuple) else 3 for p in self.pieces)
 
 
-def tokenize_chat(messages: Sequence[Message], tokenizer: IdTokenizer,
-                  add_generation_prompt: bool = True) -> ChatTokens:
-    """:func:`render_segments` with every control token and text piece turned into ids."""
+def tokenize_chat(segments: Sequence[Segment], tokenizer: IdTokenizer) -> ChatTokens:
+    """A chat template's ``segments`` with every control token and text piece turned into
+    ids."""
     pieces: list[tuple[int, ...] | MediaSlot] = []
-    for piece in render_segments(messages, add_generation_prompt):
+    for piece in segments:
         if isinstance(piece, Control):
             pieces.append((tokenizer.control_id(piece.token),))
         elif isinstance(piece, str):

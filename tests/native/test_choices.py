@@ -59,7 +59,8 @@ def test_rolled_back_scores_equal_fresh_prefills(engine: Engine) -> None:
     prepared = prepare_media(request, Preparation(engine.facts, ctx.family,
                                                   bounds_for(ctx, request), ctx.media))
     media, _ = engine.encode_prepared(prepared)
-    prompt = engine.prompt_for(tokenize_chat(request.messages, engine.tokenizer), media)
+    segments = engine.architecture.chat_template(request.messages, True)
+    prompt = engine.prompt_for(tokenize_chat(segments, engine.tokenizer), media)
     end = engine.tokenizer.control_id(IM_END)
     for choice in result.choices:
         fresh = _fresh_logprob(engine, prompt, [*choice.tokens, end])

@@ -64,7 +64,8 @@ def test_prompt_assembly_matches_transformers(model: str, case: str, engines: di
         if ours:
             np.testing.assert_array_max_ulp(np.concatenate(ours), g[key], maxulp=1)
     media, _ = engine.encode_prepared(prepared)
-    prompt = engine.prompt_for(tokenize_chat(request.messages, engine.tokenizer), media)
+    segments = engine.architecture.chat_template(request.messages, True)
+    prompt = engine.prompt_for(tokenize_chat(segments, engine.tokenizer), media)
     assert prompt.tokens.tolist() == g["input_ids"].tolist()
     assert prompt.positions.tolist() == g["position_ids"].tolist()
     assert prompt.rope_delta == int(g["rope_delta"])

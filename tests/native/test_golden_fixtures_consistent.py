@@ -24,7 +24,7 @@ import pytest
 from PIL import Image
 from tokenizers import Tokenizer
 
-from edgevlm.tokenizer import render_chat
+from edgevlm.engine.families.qwen3vl import render_chat
 from edgevlm.vision.sizing import smart_resize, video_smart_resize
 from edgevlm.wire.protocol import Message
 

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from edgevlm.engine.families.qwen3vl import render_segments as qwen3vl_chat
 from edgevlm.pipeline.admission import RequestSide, admit
 from edgevlm.pipeline.cache import VisionCache
 from edgevlm.pipeline.limits import MMLimits, RequestLimits
@@ -28,6 +29,7 @@ FACTS = ModelFacts("test-model", hidden_size=8, deepstack_layers=2)
 
 def side(**limits: Any) -> RequestSide:
     ctx = PreflightContext(family=get_family("qwen3-vl"), context_length=1024,
+                           chat_template=qwen3vl_chat,
                            tokenizer=ByteCountTokenizer(), mm=MMLimits.parse({"image": 2}),
                            max_pixels=200_000)
     return RequestSide(RequestLimits(mm=MMLimits.parse({"image": 2}), **limits), ctx)

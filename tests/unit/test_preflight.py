@@ -10,11 +10,12 @@ from unittest import mock
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
+from edgevlm.engine.families.qwen3vl import render_chat, render_segments
 from edgevlm.pipeline.admission import RequestSide, admit
 from edgevlm.pipeline.cache import VisionCache
 from edgevlm.pipeline.limits import MMLimits, RequestLimits
 from edgevlm.pipeline.preflight import HEADER_PREFIX_CHARS, PreflightContext, header_of, preflight
-from edgevlm.tokenizer import QWEN_SPECIAL_TOKENS, ByteCountTokenizer, HFTokenizer, render_chat
+from edgevlm.tokenizer import QWEN_SPECIAL_TOKENS, ByteCountTokenizer, HFTokenizer
 from edgevlm.vision.decode import MediaPolicy
 from edgevlm.vision.sizing import get_family
 from edgevlm.wire import strict_base64
@@ -28,7 +29,7 @@ QWEN3 = get_family("qwen3-vl")
 
 def ctx(**kw: Any) -> PreflightContext:
     base: dict[str, Any] = {"family": QWEN3, "context_length": 100_000,
-                            "tokenizer": ByteCountTokenizer()}
+                            "tokenizer": ByteCountTokenizer(), "chat_template": render_segments}
     return PreflightContext(**{**base, **kw})
 
 

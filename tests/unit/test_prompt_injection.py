@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from edgevlm.engine.families.qwen3vl import render_chat
+from edgevlm.engine.families.qwen3vl import render_segments as qwen3vl_chat
 from edgevlm.engine.model import SpecialTokens
 from edgevlm.engine.prompt import PromptInputs, PromptMedia, assemble_prompt
 from edgevlm.pipeline.preflight import PreflightContext, preflight
@@ -27,7 +29,6 @@ from edgevlm.tokenizer import (
     VISION_START,
     ByteCountTokenizer,
     HFTokenizer,
-    render_chat,
     tokenize_chat,
 )
 from edgevlm.tokenizer_gguf import tokenizer_from_ggml
@@ -84,8 +85,8 @@ def request(*parts: dict[str, Any], system: str | None = None) -> Request:
 
 def assemble(req: Request, tok: HFTokenizer, special: SpecialTokens) -> PromptInputs:
     n_media = sum(1 for m in req.messages for p in m.parts() if p.type != "text")
-    return assemble_prompt(tokenize_chat(req.messages, tok), [features()] * n_media, tok,
-                           special, 0)
+    chat = tokenize_chat(qwen3vl_chat(req.messages, True), tok)
+    return assemble_prompt(chat, [features()] * n_media, tok, special, 0)
 
 
 def test_a_forged_system_turn_in_user_text_is_plain_text(tok: HFTokenizer,
@@ -168,11 +169,12 @@ def test_the_budget_counts_the_tokens_the_engine_assembles(tok: HFTokenizer,
                                                            special: SpecialTokens,
                                                            body: str) -> None:
     req = request(text(body), image(image_bytes(64, 64)), text(body), system=body)
-    ctx = PreflightContext(family=get_family("qwen3-vl"), context_length=100_000, tokenizer=tok)
+    ctx = PreflightContext(family=get_family("qwen3-vl"), context_length=100_000, tokenizer=tok,
+                           chat_template=qwen3vl_chat)
     budget = preflight(req, ctx)
     assert budget.prompt_tokens == len(assemble(req, tok, special).tokens)
     bound = preflight(req, PreflightContext(family=get_family("qwen3-vl"),
-                                            context_length=100_000,
+                                            context_length=100_000, chat_template=qwen3vl_chat,
                                             tokenizer=ByteCountTokenizer()))
     assert bound.prompt_tokens >= budget.prompt_tokens  # the no-model count stays a bound
 

@@ -25,6 +25,7 @@ from tokenizers import Tokenizer, pre_tokenizers
 
 from edgevlm.config import validate_config
 from edgevlm.engine import Engine
+from edgevlm.engine.families.qwen3vl import render_segments as qwen3vl_chat
 from edgevlm.models import demo_model_dir
 from edgevlm.pipeline.admission import RequestSide, admit
 from edgevlm.pipeline.limits import RequestLimits
@@ -41,7 +42,6 @@ from edgevlm.tokenizer import (
     HFTokenizer,
     TextTokenizer,
     count_chat,
-    render_segments,
     utf8_bounds,
 )
 from edgevlm.tokenizer_gguf import tokenizer_from_ggml
@@ -136,7 +136,7 @@ def test_every_text_lies_between_its_length_bounds(tok: HFTokenizer) -> None:
         low, high = utf8_bounds(sample)
         assert -(-low // tok.max_token_bytes) <= n <= high, (sample[:60], n, low, high)
         req = parse_request(user_request(text(sample), max_tokens=1))
-        size = text_size(req)
+        size = text_size(req, qwen3vl_chat(req.messages, True))
         exact = _text_tokens(req, tok)
         assert size.lower_tokens(tok.max_token_bytes) <= exact <= size.upper_tokens()
 
@@ -228,7 +228,8 @@ def _words(n_bytes: int, seed: int = 0) -> str:
 
 def _side(tokenizer: Any, context: int = 4096, **limits: Any) -> RequestSide:
     return RequestSide(RequestLimits(**limits), PreflightContext(
-        family=QWEN3, context_length=context, tokenizer=tokenizer))
+        family=QWEN3, context_length=context, tokenizer=tokenizer,
+        chat_template=qwen3vl_chat))
 
 
 def _payload(body: str, max_tokens: int = 16, *parts: dict[str, Any]) -> bytes:
@@ -277,7 +278,7 @@ def test_a_long_text_is_admitted_on_its_upper_bound_without_tokenizing() -> None
     admitted = admit(_payload(_words(40_000), 16, image(jpeg)), _side(spy))
     budget = admitted.budget
     assert not budget.text_exact and budget.to_json()["text_exact"] is False
-    size = text_size(admitted.request)
+    size = text_size(admitted.request, qwen3vl_chat(admitted.request.messages, True))
     assert budget.text_tokens == size.upper_tokens() == 40_000 + len("user\n\nassistant\n") + 3
     assert budget.prompt_tokens == budget.text_tokens + budget.vision_tokens
     assert spy.lengths == []
@@ -326,7 +327,8 @@ def _timed(fn: Callable[[str], int], arg: str) -> float:
 
 def _text_tokens(req: Any, tok: TextTokenizer) -> int:
     """The exact text tokens of a request (its items' 3 placeholder tokens each left out)."""
-    return count_chat(req.messages, tok) - 3 * sum(1 for p in req.parts() if p.type != "text")
+    n_items = sum(1 for p in req.parts() if p.type != "text")
+    return count_chat(qwen3vl_chat(req.messages, True), tok) - 3 * n_items
 
 
 def test_the_worker_refuses_a_long_text_before_decoding_any_media(
@@ -359,8 +361,9 @@ def test_text_pieces_are_the_ones_count_chat_tokenizes() -> None:
         {"role": "user", "content": [{"type": "text", "text": "a"},
                                      {"type": "image", "image": image(image_bytes(8, 8))[
                                          "image"]}, {"type": "text", "text": "b"}]}]}))
-    size = text_size(req)
-    pieces = [p for p in render_segments(req.messages) if isinstance(p, str)]
+    segments = qwen3vl_chat(req.messages, True)
+    size = text_size(req, segments)
+    pieces = [p for p in segments if isinstance(p, str)]
     assert [high for _, high in size.pieces] == [len(p.encode()) for p in pieces]
     assert size.message_bytes == len("be brief") + 2
     bytes_tok = ByteCountTokenizer()

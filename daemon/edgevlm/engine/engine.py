@@ -231,7 +231,8 @@ class Engine:
         regex; None: compiled here when the request has one)."""
         t_start = time.perf_counter()
         if chat is None:
-            chat = tokenize_chat(request.messages, self.tokenizer)
+            chat = tokenize_chat(self.architecture.chat_template(request.messages, True),
+                                 self.tokenizer)
         if grammar is None:
             grammar = compile_grammar(request.schema_, request.regex)
         constraint = (TokenConstraint(grammar, self.tokenizer.backend, self.special.eos)

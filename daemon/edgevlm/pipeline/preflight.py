@@ -33,12 +33,13 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ..tokenizer import (
+    ChatTemplate,
     ChatTokens,
     Control,
     IdTokenizer,
+    Segment,
     TextTokenizer,
     count_chat,
-    render_segments,
     tokenize_chat,
     utf8_bounds,
 )
@@ -128,6 +129,7 @@ class PreflightContext:
     family: Family
     context_length: int
     tokenizer: TextTokenizer
+    chat_template: ChatTemplate  # the model family's (edgevlm.engine.families)
     media: MediaPolicy = field(default_factory=MediaPolicy)
     mm: MMLimits = field(default_factory=MMLimits)
     max_pixels: int | None = None  # model.max_pixels: the deployment cap
@@ -250,18 +252,19 @@ class TextSize:
         return self.controls + self.high_bytes
 
 
-def text_size(request: Request) -> TextSize:
-    pieces = render_segments(request.messages)
+def text_size(request: Request, pieces: list[Segment]) -> TextSize:
+    """The size of ``request``'s text as rendered by its chat template (``pieces``)."""
     return TextSize(message_text_bytes(request),
                     sum(1 for p in pieces if isinstance(p, Control)),
                     tuple(utf8_bounds(p) for p in pieces if isinstance(p, str)))
 
 
-def count_long_text(request: Request, budget: Budget, tokenizer: IdTokenizer) -> ChatTokens:
+def count_long_text(request: Request, budget: Budget, tokenizer: IdTokenizer,
+                    template: ChatTemplate) -> ChatTokens:
     """The tokenized chat of a request admitted on its text's upper bound
     (``budget.text_exact`` False), checked against the context with the budget's vision
     tokens; the worker runs it before any media is decoded."""
-    chat = tokenize_chat(request.messages, tokenizer)
+    chat = tokenize_chat(template(request.messages, True), tokenizer)
     text = chat.tokens - 3 * len(budget.items)  # the items count their own markers
     check_context(text, budget.vision_tokens, request.max_tokens, budget.context,
                   budget.items_text)
@@ -282,7 +285,8 @@ def preflight(request: Request, ctx: PreflightContext) -> Budget:
     vision = sum(item.tokens for item in items)
     per_item = ", ".join(f"{item.path} {item.tokens}" for item in items) or "none"
     tok = ctx.tokenizer
-    size = text_size(request)
+    segments = ctx.chat_template(request.messages, True)
+    size = text_size(request, segments)
     short = tok.exact_is_cheap or size.high_bytes <= ADMISSION_TOKENIZE_BYTES
     if not short:  # a long text: refused on its length if even its fewest tokens cannot fit
         check_context(size.lower_tokens(tok.max_token_bytes), vision, request.max_tokens,
@@ -291,8 +295,8 @@ def preflight(request: Request, ctx: PreflightContext) -> Budget:
     exact = short or not tok.byte_level  # without an upper bound: tokenized, bounded by
     chat = None                          # limits.max_text_bytes
     if exact:  # the ids the engine lays out (tokenized once, kept for the worker)
-        chat = tokenize_chat(request.messages, tok) if isinstance(tok, IdTokenizer) else None
-        rendered = chat.tokens if chat is not None else count_chat(request.messages, tok)
+        chat = tokenize_chat(segments, tok) if isinstance(tok, IdTokenizer) else None
+        rendered = chat.tokens if chat is not None else count_chat(segments, tok)
         # the rendering holds 3 tokens per item (start, pad, end); items count their own markers
         text_tokens = rendered - 3 * len(items)
     else:  # too long to tokenize here: one token per byte at most; the worker counts it
@@ -315,7 +319,9 @@ def preflight_context(engine: Engine, context: int | None = None, mm: MMLimits |
         return features.n_tokens if features is not None else None
 
     return PreflightContext(family=engine.family, context_length=context or engine.context,
-                            tokenizer=engine.tokenizer, media=media or MediaPolicy(),
+                            tokenizer=engine.tokenizer,
+                            chat_template=engine.architecture.chat_template,
+                            media=media or MediaPolicy(),
                             mm=mm or MMLimits(), max_pixels=engine.max_pixels,
                             min_pixels=engine.min_pixels, ref_tokens=ref_tokens,
                             hidden_size=engine.facts.hidden_size,

@@ -39,7 +39,7 @@ def run_admitted(engine: Engine, admitted: Admitted, ctx: PreflightContext,
     request, budget = admitted.request, admitted.budget
     chat = budget.chat  # None and exact: admission's tokenizer has no ids; the engine's tokenizes
     if not budget.text_exact:
-        chat = count_long_text(request, budget, engine.tokenizer)
+        chat = count_long_text(request, budget, engine.tokenizer, ctx.chat_template)
     t0 = time.perf_counter()
     prepare_media(admitted, engine.facts, ctx, engine.cache, refs)
     media_ms = (time.perf_counter() - t0) * 1e3

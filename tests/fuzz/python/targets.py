@@ -24,6 +24,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from edgevlm.config import Config, ConfigError, load_config
+from edgevlm.engine.families.qwen3vl import render_segments as qwen3vl_chat
 from edgevlm.pipeline.admission import RequestSide, admit
 from edgevlm.pipeline.limits import MMLimits, RequestLimits
 from edgevlm.pipeline.preflight import PreflightContext
@@ -46,6 +47,7 @@ def request_side() -> RequestSide:
     """A small deployment: 2 images, 64 KB payloads, a 2048-token context."""
     mm = MMLimits.parse({"image": 2, "video": 1})
     ctx = PreflightContext(family=get_family("qwen3-vl"), context_length=2048,
+                           chat_template=qwen3vl_chat,
                            tokenizer=ByteCountTokenizer(), mm=mm, max_pixels=200_000)
     return RequestSide(RequestLimits(mm=mm, max_payload_bytes=1 << 16, max_part_bytes=1 << 15,
                                      max_video_frames=4), ctx)

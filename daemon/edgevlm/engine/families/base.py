@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ...tokenizer import ChatTemplate
+
 if TYPE_CHECKING:
     from ...tokenizer import ChatTokens, HFTokenizer
     from ..model import SpecialTokens
@@ -24,11 +26,14 @@ class ModelFamily:
     ``sizing``: the name of its preprocessing rules in :mod:`edgevlm.vision.sizing`;
     ``markers``: the texts of its vision tokens (``image_pad``, ``video_pad``,
     ``vision_start``, ``vision_end``) looked up in the tokenizer when the file does not store
-    their ids; ``eos_texts``: texts that end an answer; ``assemble_prompt``: its chat
-    template with the vision placeholders."""
+    their ids; ``eos_texts``: texts that end an answer; ``chat_template``: messages to the
+    prompt's segments (control tokens, text, one slot per media item); ``assemble_prompt``:
+    the tokenized segments and the media's features to the prompt, each slot expanded into
+    the family's vision placeholder."""
 
     architecture: str
     sizing: str
     markers: dict[str, str]
     eos_texts: tuple[str, ...]
+    chat_template: ChatTemplate
     assemble_prompt: PromptAssembler
