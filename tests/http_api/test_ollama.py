@@ -80,12 +80,15 @@ def test_list_show_and_version(http_service: Any) -> None:
 
 def test_home_assistants_ollama_conversation_call(http_service: Any, tmp_path: Any) -> None:
     """The call Home Assistant's Ollama integration makes for a conversation or AI task with
-    an image attachment (homeassistant/components/ollama/entity.py at commit 0d0db908,
-    ``OllamaBaseLLMEntity._async_handle_chat_log`` and ``_convert_content``): an
-    ``AsyncClient.chat`` with ``ollama.Message`` objects (the attachment as
-    ``ollama.Image(value=<path>)``), ``tools=None`` without an LLM API, ``stream=True``,
-    ``keep_alive=-1``, ``options={"num_ctx": ...}``, ``think`` unset and ``format=None``;
-    the models come from ``list()`` in its config flow."""
+    an image attachment (home-assistant/core homeassistant/components/ollama/entity.py at
+    commit 0d0db908: ``_convert_content`` lines 86-139, the attachment as
+    ``ollama.Image(value=attachment.path)`` at line 128; ``_async_handle_chat_log`` from line
+    208, its ``client.chat(...)`` at lines 247-271): an ``AsyncClient.chat`` with
+    ``ollama.Message`` objects, ``tools=None`` without an LLM API, ``stream=True``,
+    ``keep_alive=-1``, ``options={"num_ctx": ...}``, ``think`` unset and ``format=None``.
+    The client is ``ollama.AsyncClient(host=<url>, verify=...)`` with no headers
+    (ollama/__init__.py at 0c1c865a, line 50), and the models come from its ``list()``
+    (config_flow.py at 8215faea, ``async_step_user``)."""
     import asyncio
 
     service = http_service({"http.model_name": "qwen3-vl:demo"})

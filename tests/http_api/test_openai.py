@@ -243,6 +243,51 @@ def test_mqtt_and_http_clients_at_once_each_get_one_answer(http_service: Any,
     assert requests["answered"] == 12 and requests["errored"] == 0
 
 
+def test_a_flood_through_one_door_does_not_hold_up_the_other(http_service: Any,
+                                                             mqtt_client: Any,
+                                                             monkeypatch: Any) -> None:
+    """The queue is shared fairly (pipeline/jobs.py lanes): an MQTT request sent after eight
+    waiting HTTP requests runs after at most one of them, not after all eight."""
+    import concurrent.futures
+
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    from edgevlm.service import TEST_DELAY_ENV
+
+    monkeypatch.setenv(TEST_DELAY_ENV, "300")
+    service = http_service({"limits.max_queue": 32})
+    reply = "edgevlm/clients/fair/reply"
+    mqtt = mqtt_client()
+    mqtt.sub(reply)
+    api = client(service)
+    finished: dict[str, float] = {}
+
+    def over_http(i: int) -> None:
+        api.chat.completions.create(model="m", messages=[{"role": "user", "content": f"q{i}"}],
+                                    max_tokens=2)
+        finished[f"http-{i}"] = time.monotonic()
+
+    with concurrent.futures.ThreadPoolExecutor(9) as pool:
+        futures = [pool.submit(over_http, i) for i in range(9)]  # one runs, eight wait
+        wait_until(lambda: service.worker.running_since is not None and len(service.queue) == 8,
+                   timeout=60)
+        props = Properties(PacketTypes.PUBLISH)
+        props.ResponseTopic = reply
+        mqtt.pub(f"edgevlm/{service.node_id}/request/describe",
+                 user_request(text("the other door"), id="mqtt-0", max_tokens=2),
+                 properties=props)
+        answer = mqtt.inbox.json(reply, timeout=60)[0]
+        finished["mqtt-0"] = time.monotonic()
+        for f in futures:
+            f.result(timeout=120)
+    assert answer["status"] == "ok"
+    before = sorted(k for k, t in finished.items() if t < finished["mqtt-0"])
+    # the running one and at most the next HTTP request finish first (the MQTT lane waited
+    # for one HTTP turn at most); FIFO would have run all nine first
+    assert len(before) <= 2, before
+
+
 def _raw_post(service: Any, body: dict[str, Any]) -> Any:
     """A raw connection that sent a chat completion request (and reads nothing yet)."""
     import socket
@@ -310,6 +355,42 @@ def test_a_client_gone_mid_answer_stops_the_generation(http_service: Any, demo_e
         time.sleep(0.05)
     (result,) = results
     assert result.finish_reason == "cancelled" and len(result.tokens) < long
+
+
+def _raw_exchange(service: Any, head: bytes) -> bytes:
+    """Send a raw request head (no body) and read the server's answer to it."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", service.http.port), timeout=10) as sock:
+        sock.sendall(head)
+        received = b""
+        while b"\r\n\r\n" not in received:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            received += chunk
+    return received
+
+
+@pytest.mark.parametrize(("what", "head"), [
+    ("a header over 8 KiB",
+     b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n"),
+    ("a request line over 8 KiB",
+     b"GET /v1/models?" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n"),
+    ("65 headers",
+     b"GET /v1/models HTTP/1.1\r\nHost: x\r\n"
+     + b"".join(b"X-H%d: v\r\n" % i for i in range(65)) + b"\r\n"),
+])
+def test_request_heads_over_their_limits_are_400_and_nothing_else_is_disturbed(
+        http_service: Any, engine_calls: list[Any], what: str, head: bytes) -> None:
+    """server.py HEADER_LIMITS: refused by the HTTP parser before any route runs."""
+    service = http_service()
+    answer = _raw_exchange(service, head)
+    assert answer.split(b"\r\n", 1)[0].endswith(b" 400 Bad Request"), (what, answer[:200])
+    assert engine_calls == []
+    within = _raw_exchange(service, b"GET /health HTTP/1.1\r\nHost: x\r\n"
+                           + b"".join(b"X-H%d: v\r\n" % i for i in range(40)) + b"\r\n")
+    assert within.startswith(b"HTTP/1.1 200"), within[:200]
 
 
 def test_metrics_parse_as_prometheus_with_vllm_names(http_service: Any) -> None:

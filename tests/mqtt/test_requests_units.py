@@ -270,6 +270,35 @@ def test_camera_slot_latest_frame_wins_and_keeps_its_place():
     assert [queue.get(0.1), queue.get(0.1)] == ["door-2", "request"]
 
 
+def door_job(door: str, name: str) -> Any:
+    from edgevlm.pipeline.jobs import RequestJob
+
+    # the queue reads only the door; the request itself plays no part here
+    return RequestJob(admitted=name, verb=None, reply=None, received=0.0,  # type: ignore[arg-type]
+                      deadline=None, door=door)
+
+
+def test_the_queue_takes_turns_between_the_front_doors_and_the_cameras():
+    queue = JobQueue(10)
+    for i in range(5):
+        queue.put(door_job("http", f"h{i}"))
+    queue.put(door_job("mqtt", "m0"))
+    queue.put_latest("camera:door", job("c0"))
+    queue.put(door_job("mqtt", "m1"))
+    order = []
+    while (taken := queue.get(0.01)) is not None:
+        order.append(taken if isinstance(taken, str) else taken.admitted)
+    # each lane's oldest in turn, the least recently served lane first; FIFO within a lane
+    assert order == ["h0", "m0", "c0", "h1", "m1", "h2", "h3", "h4"]
+
+
+def test_one_lane_alone_is_first_in_first_out():
+    queue = JobQueue(5)
+    for i in range(5):
+        queue.put(door_job("mqtt", f"m{i}"))
+    assert [queue.get(0.01).admitted for _ in range(5)] == [f"m{i}" for i in range(5)]
+
+
 def test_closed_queue_refuses_and_returns_what_waited():
     queue = JobQueue(3)
     queue.put(job("a"))

@@ -5,7 +5,12 @@ A :class:`RequestJob` is an admitted request with its :class:`Reply`, the way it
 answers it (MQTT: :class:`edgevlm.frontdoors.mqtt.delivery.MqttReply`). A :class:`FrameJob`
 is a frame from a source (a camera topic, Frigate) with the callbacks that publish its result.
 
-Requests queue first-in first-out up to ``capacity`` (a full queue answers ``busy``). Camera
+The queue holds at most ``capacity`` jobs (a full queue answers ``busy``) and is shared by the
+front doors and the cameras, fairly: each job is in the *lane* of where it came from (its
+front door, ``mqtt`` or ``http``, or ``camera``), and the worker takes the oldest job of the
+lane served least recently. One lane alone is first-in first-out; with several, a flood through
+one door waits its turn with the others instead of holding the board (one HTTP client's 30
+requests delay an MQTT request by one job, not by 30). Camera
 frames take a named *slot* (``camera:<name>``): a newer frame replaces the one still waiting
 in that slot and keeps its place in line, so a busy board describes the latest frame instead of
 a backlog. Frigate events are not frames to replace: each one queues on its own
@@ -55,6 +60,7 @@ class RequestJob:
     reply: Reply
     received: float                  # time.monotonic() when the message arrived
     deadline: float | None           # time.monotonic() after which it must not start
+    door: str                        # the front door it came through: its lane in the queue
     requester: str = ""              # who the route belongs to (image_ref capabilities)
     pooled: bool = False             # it came through the shared pool
     started: bool = False            # the worker has taken it (progress: "running")
@@ -98,15 +104,30 @@ class _Slot:
     name: str
 
 
+CAMERA_LANE = "camera"
+
+
+def _lane(item: Job | _Slot | Any) -> str:
+    """The lane of a waiting item: a request's front door, or ``camera`` for frames."""
+    if isinstance(item, RequestJob):
+        return item.door
+    if isinstance(item, FrameJob | _Slot):
+        return CAMERA_LANE
+    return ""  # anything else (the unit tests' plain values): one lane
+
+
 @dataclass
 class JobQueue:
-    """Thread-safe bounded FIFO with latest-wins slots."""
+    """Thread-safe bounded queue, fair between lanes (FIFO within one), with latest-wins
+    slots."""
 
     capacity: int
     _items: deque[Job | _Slot] = field(default_factory=deque)
     _slots: dict[str, Job] = field(default_factory=dict)
     _cond: threading.Condition = field(default_factory=threading.Condition)
     _closed: bool = False
+    _served: dict[str, int] = field(default_factory=dict)  # lane -> when it was last served
+    _serial: int = 0
 
     def __len__(self) -> int:
         with self._cond:
@@ -166,7 +187,7 @@ class JobQueue:
                     if not self._items and not self._cond.wait_for(lambda: bool(self._items),
                                                                    timeout):
                         return None
-                    item = self._items.popleft()
+                    item = self._take_next()
                     job = self._slots.pop(item.name) if isinstance(item, _Slot) else item
                     if (isinstance(job, FrameJob) and job.deadline is not None
                             and time.monotonic() > job.deadline):
@@ -175,6 +196,20 @@ class JobQueue:
                     return job
         finally:
             self._dropped(expired, "deadline")
+
+    def _take_next(self) -> Job | _Slot:
+        """Under the lock, with items waiting: the oldest item of the lane served least
+        recently (a lane never served first, then the lane whose oldest item came first)."""
+        first: dict[str, int] = {}
+        for i, item in enumerate(self._items):
+            first.setdefault(_lane(item), i)
+        lane = min(first, key=lambda name: (self._served.get(name, -1), first[name]))
+        self._serial += 1
+        self._served[lane] = self._serial
+        index = first[lane]
+        item = self._items[index]
+        del self._items[index]
+        return item
 
     def remove(self, wanted: Callable[[Job], bool]) -> list[Job]:
         """Take the waiting jobs ``wanted`` accepts out of the queue (e.g. the pooled

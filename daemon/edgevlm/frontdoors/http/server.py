@@ -36,6 +36,13 @@ from .submit import HttpReply, Submitter
 
 log = logging.getLogger(__name__)
 
+# What a request's head may hold (aiohttp refuses more with a 400 before any handler runs):
+# the request line and each header at most 8 KiB (nginx's large_client_header_buffers),
+# at most 64 headers (the clients we serve send under 15); an idle keep-alive connection is
+# closed after 75 s (nginx's keepalive_timeout), not aiohttp's hour.
+HEADER_LIMITS: dict[str, Any] = {"max_line_size": 8190, "max_field_size": 8190,
+                                 "max_headers": 64, "keepalive_timeout": 75.0}
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 REPLY_KEY = web.RequestKey("edgevlm.reply", HttpReply)  # the request's reply, once queued
 
@@ -122,7 +129,7 @@ class HttpFrontDoor:
         # handler_cancellation: a client that disconnects cancels its handler, which
         # abandons its job (not started, or stopped at its next token)
         runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                               handler_cancellation=True)
+                               handler_cancellation=True, **HEADER_LIMITS)
         await runner.setup()
         context = None
         if self.http.cert and self.http.key:

@@ -85,7 +85,7 @@ class Submitter:
         budget_ms = (request.deadline_ms if request.deadline_ms is not None
                      else self.default_deadline_ms)
         reply = HttpReply(loop)
-        job = RequestJob(admitted=admitted, verb=get_verb("describe"), reply=reply,
+        job = RequestJob(admitted=admitted, verb=get_verb("describe"), reply=reply, door="http",
                          received=now,
                          deadline=now + budget_ms / 1e3 if budget_ms is not None else None,
                          requester=requester)

@@ -187,6 +187,7 @@ class RequestHandler:
         job = RequestJob(admitted=admitted, verb=get_verb(rt.verb),
                          reply=MqttReply(route, [ack], key, self.replier, self.dedupe),
                          received=msg.received, deadline=self._deadline(msg, request.deadline_ms),
+                         door="mqtt",
                          requester=requester, pooled=rt.pooled)
         if self.queue.put(job):
             if self.progress is not None and request.progress_s is not None:
