@@ -6,9 +6,12 @@ counts every connection."""
 from __future__ import annotations
 
 import http.server
+import ipaddress
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote, unquote
 
 import openai
 import pytest
@@ -51,6 +54,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._redirect(f"http://localhost:{port}/ok.jpg")
         elif self.path == "/to-elsewhere":
             self._redirect("http://images.example.invalid/ok.jpg")
+        elif self.path.startswith("/redirect?to="):
+            self._redirect(unquote(self.path.removeprefix("/redirect?to=")))
         else:
             self._send(404, b"", "text/plain")
 
@@ -141,3 +146,203 @@ def test_size_and_time_limits(http_service: Any, images: ImageServer) -> None:
     slow = error_of(service, images.base + "/hang")
     assert "http.media_fetch_timeout_s" in slow["message"]
     assert time.monotonic() - started < 8
+
+
+# ---------------------------------------------------------------- SSRF: private address ranges
+
+# One address of each range a fetch must never be redirected into (issue 24, "Security").
+PRIVATE = [
+    "10.0.0.1", "10.255.255.254",                      # 10.0.0.0/8
+    "172.16.0.1", "172.31.255.254",                    # 172.16.0.0/12
+    "192.168.0.1", "192.168.255.254",                  # 192.168.0.0/16
+    "169.254.169.254",                                 # cloud metadata (link-local)
+    "127.0.0.2", "127.255.255.254",                    # 127.0.0.0/8 beyond 127.0.0.1
+    "0.0.0.0",                                         # "this host"
+    "::1",                                             # IPv6 loopback
+    "fc00::1", "fd00:ec2::254",                        # fc00::/7 (ULA; AWS's IPv6 metadata)
+    "fe80::1", "febf::1",                              # fe80::/10 (link-local)
+    "::ffff:10.0.0.1", "::ffff:127.0.0.1",             # IPv4-mapped IPv6
+    "::ffff:169.254.169.254",
+]
+PUBLIC_DECOY = "93.184.216.34"  # a global address: with a private one, still refused
+
+
+def host_in_url(address: str) -> str:
+    return f"[{address}]" if ":" in address else address
+
+
+def name_for(address: str) -> str:
+    """The DNS name the tests' resolver maps to ``address``."""
+    return "a-" + ipaddress.ip_address(address).exploded.replace(":", "-").replace(".", "-") \
+        + ".ssrf.test"
+
+
+class Guard:
+    """Every ``connect`` to a guarded address is recorded and refused: a test's proof that
+    no connection was even attempted (nothing real is ever reached)."""
+
+    def __init__(self, addresses: list[str]) -> None:
+        self.guarded = {ipaddress.ip_address(a) for a in addresses}
+        self.attempts: list[str] = []
+
+
+@pytest.fixture
+def connect_guard(monkeypatch: pytest.MonkeyPatch) -> Guard:
+    guard = Guard([*PRIVATE, PUBLIC_DECOY])
+    original = socket.socket.connect
+
+    def connect(sock: socket.socket, address: Any) -> Any:
+        if sock.family in (socket.AF_INET, socket.AF_INET6) and isinstance(address, tuple):
+            try:
+                target = ipaddress.ip_address(str(address[0]).split("%")[0])
+            except ValueError:
+                target = None
+            if target in guard.guarded:
+                guard.attempts.append(str(target))
+                raise ConnectionRefusedError(f"test guard: no connection to {target}")
+        return original(sock, address)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    return guard
+
+
+@pytest.fixture
+def fake_dns(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
+    """``*.ssrf.test`` names resolve to the addresses the test puts in the returned mapping
+    (the system resolver, the one aiohttp's resolvers call, without any network); any other
+    name resolves as usual."""
+    table: dict[str, list[str]] = {}
+    original = socket.getaddrinfo
+
+    def getaddrinfo(host: Any, port: Any, family: int = 0, type: int = 0, proto: int = 0,
+                    flags: int = 0) -> Any:
+        name = host.decode() if isinstance(host, bytes) else host
+        if isinstance(name, str) and name.endswith(".ssrf.test"):
+            if name not in table:
+                raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+            out: list[Any] = []
+            for address in table[name]:
+                ip = ipaddress.ip_address(address)
+                if ip.version == 6:
+                    out.append((socket.AF_INET6, socket.SOCK_STREAM, 6, "",
+                                (address, int(port or 0), 0, 0)))
+                else:
+                    out.append((socket.AF_INET, socket.SOCK_STREAM, 6, "",
+                                (address, int(port or 0))))
+            return out
+        return original(host, port, family, type, proto, flags)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return table
+
+
+@pytest.mark.parametrize("address", PRIVATE)
+def test_the_address_check_refuses_every_private_range(address: str) -> None:
+    """The two checks a redirect passes: an IP literal in the URL (which no resolver sees)
+    and the addresses a name resolves to (PublicOnlyResolver)."""
+    import asyncio
+
+    from edgevlm.frontdoors.http import media_fetch
+    from edgevlm.wire.errors import UnsupportedMedia
+
+    with pytest.raises(UnsupportedMedia, match="private or local address"):
+        media_fetch._check_literal_public(f"http://{host_in_url(address)}:8080/x.jpg")
+
+    class Answers:
+        async def resolve(self, host: str, port: int = 0, family: int = 0) -> list[Any]:
+            return [{"hostname": host, "host": a, "port": port, "family": family, "proto": 0,
+                     "flags": 0} for a in (PUBLIC_DECOY, address)]
+
+        async def close(self) -> None:
+            pass
+
+    async def resolve() -> Any:
+        resolver = media_fetch.PublicOnlyResolver()
+        resolver._inner = Answers()  # type: ignore[assignment]
+        return await resolver.resolve("images.example.com", 80)
+
+    with pytest.raises(UnsupportedMedia, match="private or local address"):
+        asyncio.run(resolve())
+
+
+def test_the_address_check_lets_a_public_address_through() -> None:
+    from edgevlm.frontdoors.http import media_fetch
+
+    media_fetch._check_literal_public(f"http://{PUBLIC_DECOY}/x.jpg")
+    media_fetch._check_literal_public("http://[2606:4700::1111]/x.jpg")
+
+
+def _redirect_refused(service: Any, images: ImageServer, target: str) -> None:
+    err = error_of(service, images.base + "/redirect?to=" + quote(target, safe=""))
+    assert err["type"] == "unsupported_media", err
+    assert "private or local address" in err["message"], err
+
+
+def test_redirects_to_private_ip_literals_are_refused_without_a_connection(
+        http_service: Any, images: ImageServer, connect_guard: Guard) -> None:
+    """Each literal is on the allow list, so only the private-address rule stands between
+    the redirect and the connection."""
+    service = http_service({**ALLOWED, "http.allowed_media_domains": [
+        "127.0.0.1", *PRIVATE]})
+    for address in PRIVATE:
+        _redirect_refused(service, images, f"http://{host_in_url(address)}:80/ok.jpg")
+    assert connect_guard.attempts == []
+    assert len(images.paths) == len(PRIVATE) and "/ok.jpg" not in images.paths
+
+
+def test_redirects_to_allowed_names_resolving_private_are_refused_without_a_connection(
+        http_service: Any, images: ImageServer, connect_guard: Guard,
+        fake_dns: dict[str, list[str]]) -> None:
+    """An allowed DNS name whose answer is a private address (DNS rebinding), alone or beside
+    a public one: refused by the resolver the connection uses, before any connect."""
+    names = []
+    for address in PRIVATE:
+        fake_dns[name_for(address)] = [address]
+        names.append(name_for(address))
+    mixed = "mixed.ssrf.test"
+    fake_dns[mixed] = [PUBLIC_DECOY, "10.0.0.1"]
+    service = http_service({**ALLOWED, "http.allowed_media_domains": [
+        "127.0.0.1", *names, mixed]})
+    for name in [*names, mixed]:
+        _redirect_refused(service, images, f"http://{name}:{images.server_address[1]}/ok.jpg")
+    assert connect_guard.attempts == []
+    assert "/ok.jpg" not in images.paths
+
+
+def test_redirects_to_other_spellings_of_loopback_are_refused(http_service: Any,
+                                                              images: ImageServer) -> None:
+    """Hosts that are not IP literals to Python but that the system resolver reads as
+    127.0.0.1 (a decimal, a short and a hexadecimal spelling) and the mapped form of the
+    image server's own address: none reaches the image server."""
+    port = images.server_address[1]
+    spellings = ["2130706433", "127.1", "0x7f000001", "[::ffff:127.0.0.1]"]
+    service = http_service({**ALLOWED, "http.allowed_media_domains": [
+        "127.0.0.1", "2130706433", "127.1", "0x7f000001", "::ffff:127.0.0.1"]})
+    for host in spellings:
+        err = error_of(service, images.base + "/redirect?to="
+                       + quote(f"http://{host}:{port}/ok.jpg", safe=""))
+        assert err["status"] == 400 and err["type"] == "unsupported_media", err
+    assert "/ok.jpg" not in images.paths  # nothing reached the server through a redirect
+
+
+def test_a_redirect_to_a_loopback_listener_never_connects(http_service: Any,
+                                                          images: ImageServer,
+                                                          fake_dns: dict[str, list[str]]
+                                                          ) -> None:
+    """A real listener on 127.0.0.2 that must not be contacted, named by literal and by an
+    allowed DNS name."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.2", 0))
+    listener.listen()
+    listener.settimeout(0.5)
+    port = listener.getsockname()[1]
+    fake_dns["loopback.ssrf.test"] = ["127.0.0.2"]
+    service = http_service({**ALLOWED, "http.allowed_media_domains": [
+        "127.0.0.1", "127.0.0.2", "loopback.ssrf.test"]})
+    try:
+        for host in ("127.0.0.2", "loopback.ssrf.test"):
+            _redirect_refused(service, images, f"http://{host}:{port}/ok.jpg")
+        with pytest.raises(TimeoutError):
+            listener.accept()  # nobody came
+    finally:
+        listener.close()
