@@ -163,6 +163,7 @@ PRIVATE = [
     "fe80::1", "febf::1",                              # fe80::/10 (link-local)
     "::ffff:10.0.0.1", "::ffff:127.0.0.1",             # IPv4-mapped IPv6
     "::ffff:169.254.169.254",
+    "64:ff9b::a00:1", "2002:a00:1::1", "::10.0.0.1",   # NAT64, 6to4, IPv4-compatible of 10/8
 ]
 PUBLIC_DECOY = "93.184.216.34"  # a global address: with a private one, still refused
 
@@ -270,6 +271,8 @@ def test_the_address_check_lets_a_public_address_through() -> None:
 
     media_fetch._check_literal_public(f"http://{PUBLIC_DECOY}/x.jpg")
     media_fetch._check_literal_public("http://[2606:4700::1111]/x.jpg")
+    media_fetch._check_literal_public("http://[64:ff9b::808:808]/x.jpg")  # NAT64 of 8.8.8.8
+    media_fetch._check_literal_public("http://[2002:808:808::1]/x.jpg")   # 6to4 of 8.8.8.8
 
 
 def _redirect_refused(service: Any, images: ImageServer, target: str) -> None:

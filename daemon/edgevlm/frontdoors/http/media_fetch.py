@@ -89,9 +89,25 @@ def check_allowed(url: str, allowed: list[str]) -> None:
             "URL, or add the host to http.allowed_media_domains")
 
 
+# IPv6 prefixes that carry an IPv4 address which a translating network reaches: NAT64's
+# well-known prefix (RFC 6052) and the deprecated IPv4-compatible form (::a.b.c.d); 6to4
+# (2002::/16) is handled by ipaddress's ``sixtofour``. Python counts them as global whatever
+# the IPv4 address inside.
+_EMBEDS_IPV4 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("::/96"))
+
+
 def _global(address: str) -> bool:
+    """A public unicast address, and so is any IPv4 address it carries."""
     ip = ipaddress.ip_address(address.split("%")[0])
-    return ip.is_global and not ip.is_multicast
+    if not ip.is_global or ip.is_multicast:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address):
+        inner = ip.ipv4_mapped or ip.sixtofour
+        if inner is None and any(ip in net for net in _EMBEDS_IPV4):
+            inner = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+        if inner is not None:
+            return _global(str(inner))
+    return True
 
 
 def _check_literal_public(url: str) -> None:
