@@ -111,3 +111,55 @@ def test_home_assistants_ollama_conversation_call(http_service: Any, tmp_path: A
 
     names, text = asyncio.run(converse())
     assert names == ["qwen3-vl:demo"] and text
+
+
+def test_num_predict_is_a_cap_fitted_to_the_context_as_ollama_does(http_service: Any) -> None:
+    """Ollama stops an answer at its context; a client that asks num_predict as a ceiling
+    (LLM Vision's 4096-token title request) is answered, cut to what fits: short texts are
+    fitted at admission, long ones (over 4 KiB, counted by the worker) there. The OpenAI API
+    refuses the same request, as OpenAI and vLLM do; a prompt that alone overflows the
+    context is refused by both."""
+    import openai
+
+    service = http_service()
+    context = service.engine.context
+    tokenizer = service.engine.tokenizer
+
+    def words(n: int) -> str:
+        return " ".join(f"z{i}q" for i in range(n))
+
+    base = client(service).generate(model="m", prompt="hi", stream=False,
+                                    options={"num_predict": 1})
+    template = base.prompt_eval_count - len(tokenizer.encode_text("hi"))
+    # prompts leaving 3 tokens of the context: "a" * n is n tokens in n bytes (a short text,
+    # fitted at admission), " the" * n is n tokens in 4n bytes (a long one, by the worker)
+    for unit in ("a", " the"):
+        text = "Describe: " + unit * (context - 3 - template - 10)
+        text += unit * (context - 3 - template - len(tokenizer.encode_text(text)))
+        assert len(tokenizer.encode_text(text)) == context - 3 - template
+        answer = client(service).generate(model="m", prompt=text, stream=False,
+                                          options={"num_predict": 4096, "temperature": 0})
+        assert answer.prompt_eval_count == context - 3, unit
+        assert answer.eval_count is not None and answer.eval_count <= 3
+        with pytest.raises(openai.BadRequestError) as refused:
+            openai.OpenAI(base_url=service.http_url + "/v1", api_key="k").chat.completions.create(
+                model="m", messages=[{"role": "user", "content": text}], max_tokens=4096)
+        assert refused.value.code == "context_length_exceeded"
+    with pytest.raises(ollama.ResponseError) as overflow:
+        client(service).generate(model="m", prompt=words(900), stream=False,
+                                 options={"num_predict": 16})
+    assert overflow.value.status_code == 400 and "context" in overflow.value.error
+
+
+def test_fields_a_route_does_not_define_are_ignored_as_ollama_does(http_service: Any) -> None:
+    """Ollama's server ignores JSON fields a route does not define; LLM Vision sends
+    /api/generate's system, prompt and images to /api/chat (tests/http_api/test_llmvision.py)."""
+    service = http_service()
+    body = json.dumps({"model": "m", "stream": False, "no_such_field": 1, "system": "x",
+                       "messages": [{"role": "user", "content": PROMPT}],
+                       "options": {"num_predict": 3}}).encode()
+    request = urllib.request.Request(service.http_url + "/api/chat", body,
+                                      {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        answer = json.loads(response.read())
+    assert answer["done"] and answer["message"]["content"]

@@ -68,14 +68,19 @@ def admit(payload: bytes, side: RequestSide) -> Admitted:
     return admit_request(parse_request(payload), len(payload), side)
 
 
-def admit_request(request: Request, payload_bytes: int, side: RequestSide) -> Admitted:
+def admit_request(request: Request, payload_bytes: int, side: RequestSide, *,
+                  fit_max_tokens: bool = False) -> Admitted:
     """The checks after parsing, for a request built in the daemon (a camera frame, its
-    ``payload_bytes`` the image's and the prompt's) as for one from the wire."""
+    ``payload_bytes`` the image's and the prompt's) as for one from the wire.
+    ``fit_max_tokens``: ``max_tokens`` is a cap the answer is fitted to (Ollama's
+    ``num_predict``; :func:`~edgevlm.pipeline.preflight.preflight`)."""
     try:
         check_request_limits(request, payload_bytes, side.limits)
         grammar = compile_grammar(request.schema_, request.regex)
-        budget = preflight(request, side.preflight)
+        budget = preflight(request, side.preflight, fit_max_tokens=fit_max_tokens)
     except EdgevlmError as exc:
         exc.request_id = request.id
         raise
+    if budget.max_tokens != request.max_tokens:  # fitted to the context
+        request = request.model_copy(update={"max_tokens": budget.max_tokens})
     return Admitted(request, count_items(request), budget, grammar)

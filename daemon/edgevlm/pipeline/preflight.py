@@ -104,6 +104,9 @@ class Budget:
     # tokenized here, a long text or a tokenizer without ids)
     bounds: MediaBounds | None = field(default=None, compare=False, repr=False)
     chat: ChatTokens | None = field(default=None, compare=False, repr=False)
+    # max_tokens is a cap the answer is fitted to the context by (preflight's fit_max_tokens);
+    # the worker fits it again on a long text's exact count
+    fit_max_tokens: bool = field(default=False, compare=False)
 
     @property
     def items_text(self) -> str:
@@ -260,19 +263,29 @@ def text_size(request: Request, pieces: list[Segment]) -> TextSize:
 
 
 def count_long_text(request: Request, budget: Budget, tokenizer: IdTokenizer,
-                    template: ChatTemplate) -> ChatTokens:
+                    template: ChatTemplate) -> tuple[ChatTokens, int]:
     """The tokenized chat of a request admitted on its text's upper bound
     (``budget.text_exact`` False), checked against the context with the budget's vision
-    tokens; the worker runs it before any media is decoded."""
+    tokens, and the answer's max_tokens (fitted to the context with
+    ``budget.fit_max_tokens``); the worker runs it before any media is decoded."""
     chat = tokenize_chat(template(request.messages, True), tokenizer)
     text = chat.tokens - 3 * len(budget.items)  # the items count their own markers
-    check_context(text, budget.vision_tokens, request.max_tokens, budget.context,
-                  budget.items_text)
-    return chat
+    max_tokens = budget.max_tokens
+    room = budget.context - text - budget.vision_tokens
+    if budget.fit_max_tokens and 1 <= room < max_tokens:
+        max_tokens = room
+    check_context(text, budget.vision_tokens, max_tokens, budget.context, budget.items_text)
+    return chat, max_tokens
 
 
-def preflight(request: Request, ctx: PreflightContext) -> Budget:
+def preflight(request: Request, ctx: PreflightContext, *, fit_max_tokens: bool = False
+              ) -> Budget:
     """The token budget of a request; raises before any pixel is decoded when it cannot fit.
+
+    ``fit_max_tokens``: ``max_tokens`` is a cap, not a promise (Ollama's ``num_predict``): a
+    prompt that leaves fewer tokens of the context gets a budget with that many (at least
+    one; the caller answers with ``budget.max_tokens``). Without it, as OpenAI and vLLM do,
+    ``prompt + max_tokens`` over the context is ``context_length_exceeded``.
 
     Bounded work: the text is tokenized only when it is short (see the module docstring)."""
     items: list[BudgetItem] = []
@@ -289,7 +302,8 @@ def preflight(request: Request, ctx: PreflightContext) -> Budget:
     size = text_size(request, segments)
     short = tok.exact_is_cheap or size.high_bytes <= ADMISSION_TOKENIZE_BYTES
     if not short:  # a long text: refused on its length if even its fewest tokens cannot fit
-        check_context(size.lower_tokens(tok.max_token_bytes), vision, request.max_tokens,
+        check_context(size.lower_tokens(tok.max_token_bytes), vision,
+                      1 if fit_max_tokens else request.max_tokens,
                       ctx.context_length, per_item,
                       text_lower_bound=(size.message_bytes, tok.max_token_bytes))
     exact = short or not tok.byte_level  # without an upper bound: tokenized, bounded by
@@ -301,10 +315,15 @@ def preflight(request: Request, ctx: PreflightContext) -> Budget:
         text_tokens = rendered - 3 * len(items)
     else:  # too long to tokenize here: one token per byte at most; the worker counts it
         text_tokens = size.upper_tokens()
-    budget = Budget(text_tokens, vision, text_tokens + vision, request.max_tokens,
-                    ctx.context_length, tuple(items), tok.name, exact, bounds, chat)
+    max_tokens = request.max_tokens
+    room = ctx.context_length - text_tokens - vision
+    if fit_max_tokens and exact and 1 <= room < max_tokens:  # a long text: the worker fits
+        max_tokens = room
+    budget = Budget(text_tokens, vision, text_tokens + vision, max_tokens,
+                    ctx.context_length, tuple(items), tok.name, exact, bounds, chat,
+                    fit_max_tokens)
     if exact:
-        check_context(text_tokens, vision, request.max_tokens, ctx.context_length, per_item)
+        check_context(text_tokens, vision, max_tokens, ctx.context_length, per_item)
     return budget
 
 

@@ -39,7 +39,9 @@ def run_admitted(engine: Engine, admitted: Admitted, ctx: PreflightContext,
     request, budget = admitted.request, admitted.budget
     chat = budget.chat  # None and exact: admission's tokenizer has no ids; the engine's tokenizes
     if not budget.text_exact:
-        chat = count_long_text(request, budget, engine.tokenizer, ctx.chat_template)
+        chat, max_tokens = count_long_text(request, budget, engine.tokenizer, ctx.chat_template)
+        if max_tokens != request.max_tokens:  # fitted to the context (Ollama's num_predict)
+            request = request.model_copy(update={"max_tokens": max_tokens})
     t0 = time.perf_counter()
     prepare_media(admitted, engine.facts, ctx, engine.cache, refs)
     media_ms = (time.perf_counter() - t0) * 1e3

@@ -58,9 +58,13 @@ def _bad(message: str) -> HttpError:
 
 
 def _check_common(body: dict[str, Any], allowed: frozenset[str]) -> None:
-    for key in body:
-        if key not in allowed:
-            raise _bad(f"unsupported field: '{key}'")
+    """Fields the route does not define are ignored, with a log line, as Ollama's server
+    ignores them (Go's JSON decoding): LLM Vision's Ollama provider sends ``/api/generate``'s
+    ``system``, ``prompt`` and ``images`` to ``/api/chat`` (tests/http_api/test_llmvision.py)."""
+    ignored = sorted(key for key in body if key not in allowed)
+    if ignored:
+        log.info("ignoring field(s) %s that this Ollama route does not define (as Ollama "
+                 "does)", ", ".join(repr(k) for k in ignored))
     if body.get("think"):
         raise _bad("think is not supported by this model; leave it out or set it to false")
     if body.get("tools"):

@@ -194,10 +194,10 @@ class HttpFrontDoor:
             raise HttpError(400, "invalid_request", "the body must be a JSON object")
         return body, len(raw)
 
-    def _submit(self, web_request: web.Request, request: dict[str, Any], size: int
-                ) -> HttpReply:
+    def _submit(self, web_request: web.Request, request: dict[str, Any], size: int, *,
+                fit_max_tokens: bool = False) -> HttpReply:
         reply = self.submitter.submit(request, size, self._requester,
-                                      asyncio.get_running_loop())
+                                      asyncio.get_running_loop(), fit_max_tokens=fit_max_tokens)
         web_request[REPLY_KEY] = reply
         task = asyncio.current_task()
         if task is not None:  # the handler cancelled (client gone): abandon the job
@@ -286,7 +286,8 @@ class HttpFrontDoor:
     async def _ollama(self, request: web.Request, body: dict[str, Any], proto: dict[str, Any],
                       size: int, *, chat: bool) -> web.StreamResponse:
         started = time.perf_counter()
-        reply = self._submit(request, proto, size)
+        # num_predict is a cap, as Ollama treats it: an answer is fitted to the context
+        reply = self._submit(request, proto, size, fit_max_tokens=True)
         model = str(body.get("model") or self.card.name)
 
         def piece(text: str) -> dict[str, Any]:

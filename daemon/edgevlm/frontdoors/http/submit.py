@@ -70,14 +70,17 @@ class Submitter:
         URLs stand for the smallest image): raises the error to answer with."""
         admit_request(parse_request(body), size, side_for(self.side(), self.refs, requester))
 
+
     def submit(self, body: dict[str, Any], size: int, requester: str,
-               loop: asyncio.AbstractEventLoop) -> HttpReply:
+               loop: asyncio.AbstractEventLoop, *, fit_max_tokens: bool = False) -> HttpReply:
         """Admit ``body`` (the protocol form of the request, ``size`` bytes on the wire) and
-        queue it; raises the error to answer with."""
+        queue it; raises the error to answer with. ``fit_max_tokens``: the dialect's token
+        limit is a cap the answer is fitted to the context by (Ollama's ``num_predict``)."""
         self.metrics.received()
         try:
             request = parse_request(body)
-            admitted = admit_request(request, size, side_for(self.side(), self.refs, requester))
+            admitted = admit_request(request, size, side_for(self.side(), self.refs, requester),
+                                     fit_max_tokens=fit_max_tokens)
         except EdgevlmError as exc:
             self.metrics.finished(exc.type)
             raise
