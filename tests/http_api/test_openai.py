@@ -411,8 +411,9 @@ def test_metrics_parse_as_prometheus_with_vllm_names(http_service: Any) -> None:
     assert families["vllm:num_requests_waiting"].samples[0].value == 0
 
 
-def test_video_frames_and_vision_tokens_parts_pass_through(http_service: Any) -> None:
-    """edgevlm's own parts in an OpenAI request: a clip as frames, answered like MQTT's."""
+def test_a_video_frames_part_passes_through(http_service: Any) -> None:
+    """edgevlm's own part in an OpenAI request: a clip as frames (vision_tokens and image_ref
+    parts: tests/http_api/test_parameters.py)."""
     service = http_service()
     frames = [data_url(image_bytes(64, 64, seed=s)) for s in range(4)]
     answer = client(service).chat.completions.create(model="m", max_tokens=4, messages=[{
