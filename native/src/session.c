@@ -1,7 +1,8 @@
 /*
- * session.c - sessions: allocation of the KV cache and scratch, argument checks of the public
- * entry points, prefill chunking and the single decode step. The forward passes are the
- * model family's (s->model->family, src/models/family.h).
+ * session.c - sessions: allocation of the KV cache, the sampler's candidates and the matmul
+ * scratch, argument checks of the public entry points, prefill chunking and the single decode
+ * step. The activation buffers (family->session_alloc) and the forward passes are the model
+ * family's (s->model->family, src/models/family.h).
  */
 #include "session.h"
 
@@ -15,25 +16,13 @@
 void edgevlm_session_free(edgevlm_session *s) {
     if (!s) return;
     ev_pool_free(s->pool);
+    s->model->family->session_free(s);
     free(s->k_cache);
     free(s->v_cache);
-    float **bufs[] = {&s->t.x, &s->t.xb, &s->t.q, &s->t.k, &s->t.v, &s->t.att, &s->t.gate,
-                      &s->t.up, &s->t.rope_cos, &s->t.rope_sin, &s->t.scores, &s->t.acc,
-                      &s->t.attn_tile, &s->v.h, &s->v.y, &s->v.y2, &s->v.qkv, &s->v.att, &s->v.mlp,
-                      &s->v.merge_in, &s->v.rope_cos, &s->v.rope_sin, &s->v.attn, &s->cand_p};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i]);
-    free(s->v.pos_row);
-    free(s->v.pos_col);
+    free(s->cand_p);
     free(s->cand_idx);
     free(s->mm_scratch);
     free(s);
-}
-
-/* Allocates *p = n floats; returns 0 on failure (or overflow). */
-static int alloc_f32(float **p, int64_t a, int64_t b) {
-    size_t n = ev_mul_size(ev_mul_size((size_t)a, (size_t)b), sizeof(float));
-    *p = n ? ev_alloc(n) : NULL;
-    return *p != NULL;
 }
 
 edgevlm_status edgevlm_session_new(const edgevlm_model *m, const edgevlm_session_params *p,
@@ -68,45 +57,29 @@ edgevlm_status edgevlm_session_new(const edgevlm_model *m, const edgevlm_session
     s->kv_elem = p->kv_type == EDGEVLM_KV_F16 ? 2 : 4;
     atomic_init(&s->cancel, 0);
 
-    const int64_t nb = s->params.n_batch, d = in->n_embd, hd = in->head_dim;
-    const int64_t q_row = (int64_t)in->n_head * hd, kv_row = (int64_t)in->n_head_kv * hd;
+    /* the family-independent part: KV cache, sampler candidates, matmul scratch (its size
+     * the family's); then the family's own activation buffers */
+    const int64_t kv_row = (int64_t)in->n_head_kv * in->head_dim;
     size_t kv_bytes = ev_mul_size(ev_mul_size(ev_mul_size((size_t)in->n_layer, (size_t)p->n_ctx),
                                               (size_t)kv_row), s->kv_elem);
+    const size_t mm = fam->matmul_scratch_bytes(m, s->params.n_batch, p->max_patches,
+                                                p->n_threads);
+    s->mm_scratch_bytes = mm;
     int ok = (s->pool = ev_pool_new(p->n_threads)) != NULL && kv_bytes &&
              (s->k_cache = ev_alloc(kv_bytes)) && (s->v_cache = ev_alloc(kv_bytes)) &&
-             alloc_f32(&s->t.x, nb, d) && alloc_f32(&s->t.xb, nb, d) &&
-             alloc_f32(&s->t.q, nb, q_row) && alloc_f32(&s->t.k, nb, kv_row) &&
-             alloc_f32(&s->t.v, nb, kv_row) && alloc_f32(&s->t.att, nb, q_row) &&
-             alloc_f32(&s->t.gate, nb, in->n_ff) && alloc_f32(&s->t.up, nb, in->n_ff) &&
-             alloc_f32(&s->t.rope_cos, nb, hd / 2) && alloc_f32(&s->t.rope_sin, nb, hd / 2) &&
-             alloc_f32(&s->t.scores, p->n_threads, p->n_ctx) &&
-             alloc_f32(&s->t.acc, p->n_threads, hd) &&
-             alloc_f32(&s->t.attn_tile, p->n_threads, fam->text_attn_floats(hd)) &&
-             alloc_f32(&s->cand_p, in->n_vocab, 1) &&
-             (s->cand_idx = ev_alloc(sizeof(int32_t) * (size_t)in->n_vocab)) != NULL;
-    if (ok && p->max_patches > 0) {
-        const int64_t np = p->max_patches, c = in->v_n_embd;
-        const int64_t pp3 = 3LL * in->v_patch_size * in->v_patch_size;
-        const int64_t wide = in->v_n_ff > 4 * c ? in->v_n_ff : 4 * c;
-        s->v.max_patches = np;
-        ok = alloc_f32(&s->v.h, np, c) && alloc_f32(&s->v.y, np, c > pp3 ? c : pp3) &&
-             alloc_f32(&s->v.y2, np, pp3) && alloc_f32(&s->v.qkv, np, 3 * c) &&
-             alloc_f32(&s->v.att, np, c) && alloc_f32(&s->v.mlp, np, wide) &&
-             alloc_f32(&s->v.merge_in, np, c) &&
-             alloc_f32(&s->v.rope_cos, np, c / in->v_n_head / 2) &&
-             alloc_f32(&s->v.rope_sin, np, c / in->v_n_head / 2) &&
-             alloc_f32(&s->v.attn, p->n_threads, fam->vision_attn_floats(c / in->v_n_head, np)) &&
-             (s->v.pos_row = ev_alloc(sizeof(int32_t) * (size_t)np)) != NULL &&
-             (s->v.pos_col = ev_alloc(sizeof(int32_t) * (size_t)np)) != NULL;
-    }
-    const size_t mm = fam->matmul_scratch_bytes(m, nb, p->max_patches, p->n_threads);
-    s->mm_scratch_bytes = mm;
-    if (ok) ok = (s->mm_scratch = ev_alloc(mm)) != NULL;
+             (s->cand_p = ev_alloc_f32(in->n_vocab, 1)) != NULL &&
+             (s->cand_idx = ev_alloc(sizeof(int32_t) * (size_t)in->n_vocab)) != NULL &&
+             (s->mm_scratch = ev_alloc(mm)) != NULL;
     if (!ok) {
         edgevlm_session_free(s);
         ev_errf(err, err_len, "cannot allocate the session (n_ctx %d, n_batch %d, max_patches "
                 "%d): out of memory", p->n_ctx, p->n_batch, p->max_patches);
         return EDGEVLM_ERR_NOMEM;
+    }
+    edgevlm_status st = fam->session_alloc(s, err, err_len);
+    if (st != EDGEVLM_OK) {
+        edgevlm_session_free(s);
+        return st;
     }
     *out = s;
     return EDGEVLM_OK;
@@ -163,10 +136,9 @@ edgevlm_status edgevlm_encode_vision(edgevlm_session *s, const float *pixel_valu
         return ev_fail(s, EDGEVLM_ERR_ARGUMENT, "grid [%d, %d, %d] does not fit %lld patches "
                        "(need t >= 1, h and w even, t*h*w == n_patches)", gt, gh, gw,
                        (long long)n_patches);
-    if (n_patches > s->v.max_patches)
+    if (n_patches > s->params.max_patches)
         return ev_fail(s, EDGEVLM_ERR_ARGUMENT, "%lld patches, the session was created for at "
-                       "most %lld (max_patches)", (long long)n_patches,
-                       (long long)s->v.max_patches);
+                       "most %d (max_patches)", (long long)n_patches, s->params.max_patches);
     return s->model->family->vision_forward(s, pixel_values, n_patches, gt, gh, gw, out_embeds,
                                             out_deepstack, out_vit);
 }

@@ -2,8 +2,10 @@
  * session.h - one inference session: KV cache, scratch buffers, thread pool, RNG.
  *
  * Everything is allocated in edgevlm_session_new, sized by the session parameters and the
- * model's family (src/models/family.h); the forward passes only use these buffers. Shapes
- * are row-major, rows first.
+ * model's family (src/models/family.h): the KV cache, the matmul scratch and the sampler's
+ * candidates here; the forward passes' activation buffers are the family's (s->scratch, its
+ * shapes in the family's header, e.g. src/models/qwen3vl/qwen3vl.h). The forward passes only
+ * use these buffers. Shapes are row-major, rows first.
  */
 #ifndef EDGEVLM_SESSION_H
 #define EDGEVLM_SESSION_H
@@ -17,44 +19,9 @@
 #include "rows.h"
 #include "threadpool.h"
 
-typedef struct ev_text_scratch {
-    float *x;                      /* [n_batch, n_embd] residual stream */
-    float *xb;                     /* [n_batch, n_embd] normalised input of a sublayer */
-    float *q;                      /* [n_batch, n_head * head_dim] */
-    float *k;                      /* [n_batch, n_head_kv * head_dim] */
-    float *v;                      /* [n_batch, n_head_kv * head_dim] */
-    float *att;                    /* [n_batch, n_head * head_dim] attention output */
-    float *gate;                   /* [n_batch, n_ff] */
-    float *up;                     /* [n_batch, n_ff] */
-    float *rope_cos;               /* [n_batch, head_dim / 2] */
-    float *rope_sin;               /* [n_batch, head_dim / 2] */
-    float *scores;                 /* [n_threads, n_ctx] attention probabilities */
-    float *acc;                    /* [n_threads, head_dim] f32 accumulator for f16 V */
-    float *attn_tile;              /* [n_threads, family->text_attn_floats(head_dim)]
-                                    * prefill attention: K^T, V, scores and output blocks */
-} ev_text_scratch;
-
-typedef struct ev_vit_scratch {
-    int64_t max_patches;           /* capacity N */
-    float *h;                      /* [N, C] residual stream */
-    float *y;                      /* [N, max(C, 768)] normalised input / patch gather */
-    float *y2;                     /* [N, 768] second temporal slice of the patch gather */
-    float *qkv;                    /* [N, 3C] */
-    float *att;                    /* [N, C] */
-    float *mlp;                    /* [N, max(FF, 4C)] (fc1 output; merger hidden [N/4, 4C]) */
-    float *merge_in;               /* [N/4, 4C] = [N, C] normalised merger input */
-    float *rope_cos;               /* [N, head_dim / 2] */
-    float *rope_sin;               /* [N, head_dim / 2] */
-    int32_t *pos_row;              /* [N] patch row (full resolution) */
-    int32_t *pos_col;              /* [N] patch column */
-    float *attn;                   /* [n_threads, family->vision_attn_floats(head_dim, N)]:
-                                      per thread attention blocks (qwen3vl: K^T [hd, S],
-                                      V [hd rows of S], P [EV_VIT_ATT_QB, S], S <= N) */
-} ev_vit_scratch;
-
 struct edgevlm_session {
     const edgevlm_model *model;
-    edgevlm_session_params params;
+    edgevlm_session_params params; /* as given, n_batch at most n_ctx */
     ev_pool *pool;
     const ev_kernels *kernels;
     atomic_int cancel;
@@ -66,8 +33,8 @@ struct edgevlm_session {
     void *v_cache;                 /* same */
     size_t kv_elem;                /* 4 or 2 bytes */
 
-    ev_text_scratch t;
-    ev_vit_scratch v;
+    void *scratch;                 /* the family's activation buffers, its own struct: made and
+                                      freed by family->session_alloc / session_free */
     void *mm_scratch;              /* quantised activations for ev_matmul */
     size_t mm_scratch_bytes;
     int32_t *cand_idx;             /* [n_vocab] sampler candidates */

@@ -4,6 +4,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -42,6 +43,12 @@ static inline size_t ev_append(char *buf, size_t len, size_t used, const char *s
 static inline size_t ev_mul_size(size_t a, size_t b) {
     size_t r;
     return __builtin_mul_overflow(a, b, &r) ? 0 : r;
+}
+
+/* ev_alloc of a [rows, cols] f32 buffer; NULL on failure, on overflow or when it is empty */
+static inline float *ev_alloc_f32(int64_t rows, int64_t cols) {
+    size_t n = ev_mul_size(ev_mul_size((size_t)rows, (size_t)cols), sizeof(float));
+    return n ? (float *)ev_alloc(n) : NULL;
 }
 
 #endif

@@ -1,8 +1,11 @@
 /*
  * family.h - the model families edgevlm runs, keyed by the text file's GGUF
- * general.architecture: each family is one folder src/models/<family>/ (its loader and
+ * general.architecture: each family is one folder src/models/<family>/ (its weights and
+ * loader, its session scratch: the activation buffers' struct, shapes and allocation, its
  * forward passes) and one row of the registry (registry.c). The API files (model.c,
- * session.c) reach a family only through this table.
+ * session.c) reach a family only through this table; session.c holds what any family's
+ * session has (KV cache [n_layer, n_ctx, n_head_kv * head_dim], matmul scratch, sampler
+ * candidates), the family's buffers are behind s->scratch.
  */
 #ifndef EDGEVLM_FAMILY_H
 #define EDGEVLM_FAMILY_H
@@ -19,13 +22,18 @@ typedef struct ev_family {
     edgevlm_status (*load_text)(edgevlm_model *m, char *err, size_t err_len);
     edgevlm_status (*load_vision)(edgevlm_model *m, char *err, size_t err_len);
     void (*free_weights)(edgevlm_model *m);   /* what the loads allocated (partial loads too) */
-    /* Session sizing: ev_matmul scratch bytes for n_batch tokens and max_patches patches
-     * (0: no vision) on n_threads; per-thread floats of the decoder's and the ViT's
-     * attention buffers. */
+    /* Session buffers. matmul_scratch_bytes: the ev_matmul scratch (session.c allocates it)
+     * for n_batch tokens and max_patches patches (0: no vision) on n_threads.
+     * session_alloc: the family's own activation buffers (its struct, its shapes) into
+     * s->scratch, sized by s->params (n_batch already at most n_ctx; max_patches 0: no vision
+     * buffers) and s->model->info; called by edgevlm_session_new once the family-independent
+     * buffers are in place. On failure a message naming the sizes (n_ctx, n_batch,
+     * max_patches ..) into err and EDGEVLM_ERR_NOMEM; what it allocated stays in s->scratch
+     * for session_free. session_free: frees s->scratch, also when partial or NULL. */
     size_t (*matmul_scratch_bytes)(const edgevlm_model *m, int64_t n_batch,
                                    int64_t max_patches, int n_threads);
-    int64_t (*text_attn_floats)(int64_t head_dim);
-    int64_t (*vision_attn_floats)(int64_t head_dim, int64_t max_patches);
+    edgevlm_status (*session_alloc)(edgevlm_session *s, char *err, size_t err_len);
+    void (*session_free)(edgevlm_session *s);
     /* The forward passes behind edgevlm_prefill / edgevlm_decode (one chunk of at most
      * n_batch tokens, arguments checked) and edgevlm_encode_vision. */
     edgevlm_status (*text_forward)(edgevlm_session *s, const int32_t *tokens, int64_t n_tokens,

@@ -38,15 +38,16 @@ static void store_kv(edgevlm_session *s, int layer, int64_t n) {
     const edgevlm_model_info *in = &s->model->info;
     const int64_t kv_row = (int64_t)in->n_head_kv * in->head_dim, n_ctx = s->params.n_ctx;
     const size_t base = ((size_t)layer * n_ctx + (size_t)s->n_past) * kv_row;
+    const ev_text_scratch *t = ev_text_scratch_of(s);
     if (s->kv_elem == 4) {
-        memcpy((float *)s->k_cache + base, s->t.k, sizeof(float) * (size_t)(n * kv_row));
-        memcpy((float *)s->v_cache + base, s->t.v, sizeof(float) * (size_t)(n * kv_row));
+        memcpy((float *)s->k_cache + base, t->k, sizeof(float) * (size_t)(n * kv_row));
+        memcpy((float *)s->v_cache + base, t->v, sizeof(float) * (size_t)(n * kv_row));
         return;
     }
     ev_fp16 *kd = (ev_fp16 *)s->k_cache + base, *vd = (ev_fp16 *)s->v_cache + base;
     for (int64_t i = 0; i < n * kv_row; i++) {
-        kd[i] = ev_f32_to_fp16(s->t.k[i]);
-        vd[i] = ev_f32_to_fp16(s->t.v[i]);
+        kd[i] = ev_f32_to_fp16(t->k[i]);
+        vd[i] = ev_f32_to_fp16(t->v[i]);
     }
 }
 
@@ -57,8 +58,9 @@ static edgevlm_status embed(edgevlm_session *s, const int32_t *tokens, int64_t n
     const ev_qwen3vl *m = ev_qwen3vl_of(s->model);
     const int64_t d = in->n_embd;
     const int64_t row_bytes = ev_row_bytes(m->token_embd.type, d);
+    float *const x0 = ev_text_scratch_of(s)->x;
     for (int64_t i = 0; i < n; i++) {
-        float *x = s->t.x + i * d;
+        float *x = x0 + i * d;
         int32_t r = vision_index ? vision_index[i] : -1;
         if (r >= 0) {
             if (r >= n_vision || !vision_rows)
@@ -84,7 +86,7 @@ edgevlm_status ev_text_forward(edgevlm_session *s, const int32_t *tokens, int64_
     const edgevlm_model_info *in = &s->model->info;
     const ev_qwen3vl *m = ev_qwen3vl_of(s->model);
     const int64_t d = in->n_embd, hd = in->head_dim;
-    ev_text_scratch *t = &s->t;
+    ev_text_scratch *t = ev_text_scratch_of(s);
 
     edgevlm_status st = embed(s, tokens, n, vision_index, vision_rows, n_vision);
     if (st != EDGEVLM_OK) return st;

@@ -46,14 +46,15 @@ static void attn_pair_task(void *ctx, int64_t start, int64_t end, int tid) {
     const int hd = in->head_dim, n_head = in->n_head, group = in->n_head / in->n_head_kv;
     const int64_t kv_row = (int64_t)in->n_head_kv * hd;
     const float scale = 1.0f / sqrtf((float)hd);
-    float *scores = s->t.scores + (int64_t)tid * s->params.n_ctx;
-    float *acc = s->t.acc + (int64_t)tid * hd;
+    const ev_text_scratch *ts = ev_text_scratch_of(s);
+    float *scores = ts->scores + (int64_t)tid * s->params.n_ctx;
+    float *acc = ts->acc + (int64_t)tid * hd;
     const ev_kernels *k = s->kernels;
     const int f16 = s->kv_elem == 2;
     for (int64_t item = start; item < end; item++) {
         const int64_t i = item / n_head;
         const int h = (int)(item % n_head), g = h / group;
-        const float *q = s->t.q + i * n_head * hd + (int64_t)h * hd;
+        const float *q = ts->q + i * n_head * hd + (int64_t)h * hd;
         const int64_t n_keys = job->first + i + 1;
         float mx = -INFINITY;
         for (int64_t t = 0; t < n_keys; t++) {
@@ -70,7 +71,7 @@ static void attn_pair_task(void *ctx, int64_t start, int64_t end, int tid) {
             if (f16) k->axpy_f16_f32(hd, scores[t] * inv, (const ev_fp16 *)vrow, acc);
             else k->axpy_f32(hd, scores[t] * inv, (const float *)vrow, acc);
         }
-        memcpy(s->t.att + i * n_head * hd + (int64_t)h * hd, acc, sizeof(float) * (size_t)hd);
+        memcpy(ts->att + i * n_head * hd + (int64_t)h * hd, acc, sizeof(float) * (size_t)hd);
     }
 }
 
@@ -105,14 +106,15 @@ static void attn_tiled_task(void *ctx, int64_t start, int64_t end, int tid) {
     const int64_t group = in->n_head / in->n_head_kv, n_qb = (job->n + QB - 1) / QB;
     const float scale = 1.0f / sqrtf((float)hd);
     const ev_kernels *k = s->kernels;
-    float *kt = s->t.attn_tile + (int64_t)tid * ev_dec_attn_floats(hd);
+    const ev_text_scratch *ts = ev_text_scratch_of(s);
+    float *kt = ts->attn_tile + (int64_t)tid * ev_dec_attn_floats(hd);
     float *v = kt + hd * KB, *sc = v + (int64_t)KB * hd, *o = sc + (int64_t)QB * KB;
     float *acc = o + (int64_t)QB * hd, *m = acc + (int64_t)QB * hd, *l = m + QB, *c = l + QB;
     for (int64_t item = start; item < end; item++) {
         const int64_t h = item / n_qb, i0 = item % n_qb * QB;
         const int64_t nq = job->n - i0 < QB ? job->n - i0 : QB;
         const int64_t n_keys = job->first + i0 + nq;    /* what the block's last query sees */
-        const float *q = s->t.q + i0 * q_row + h * hd;  /* [nq] rows, q_row apart */
+        const float *q = ts->q + i0 * q_row + h * hd;  /* [nq] rows, q_row apart */
         for (int64_t i = 0; i < nq; i++) {
             m[i] = -INFINITY;
             l[i] = 0.0f;
@@ -143,7 +145,7 @@ static void attn_tiled_task(void *ctx, int64_t start, int64_t end, int tid) {
                 for (int64_t d = 0; d < hd; d++)
                     acc[i * hd + d] = acc[i * hd + d] * c[i] + o[i * hd + d];
         }
-        float *out = s->t.att + i0 * q_row + h * hd;
+        float *out = ts->att + i0 * q_row + h * hd;
         for (int64_t i = 0; i < nq; i++) {
             const float inv = 1.0f / l[i];
             for (int64_t d = 0; d < hd; d++) out[i * q_row + d] = acc[i * hd + d] * inv;

@@ -1,6 +1,6 @@
 /*
  * family.c - the Qwen3-VL row of the model-family registry (family.h) and the sizing of a
- * session's matrix-product scratch for its layers.
+ * session's matrix-product scratch for its layers (its activation buffers: scratch.c).
  */
 #include "qwen3vl.h"
 
@@ -38,8 +38,8 @@ const ev_family ev_family_qwen3vl = {
     .load_vision = ev_qwen3vl_load_vision,
     .free_weights = ev_qwen3vl_free,
     .matmul_scratch_bytes = matmul_scratch_bytes,
-    .text_attn_floats = ev_dec_attn_floats,
-    .vision_attn_floats = ev_vit_attn_floats,
+    .session_alloc = ev_qwen3vl_session_alloc,
+    .session_free = ev_qwen3vl_session_free,
     .text_forward = ev_text_forward,
     .vision_forward = ev_vision_forward,
 };

@@ -2,7 +2,8 @@
  * qwen3vl.h - the Qwen3-VL family (general.architecture "qwen3vl" + a "qwen3vl_merger"
  * mmproj): its tensors, and what its files share.
  *   load.c          the family's loader (text + mmproj GGUF pair in llama.cpp's layout)
- *   family.c        the registry row (family.h) and the session sizing
+ *   family.c        the registry row (family.h) and the matmul scratch sizing
+ *   scratch.c       the session's activation buffers (ev_qwen3vl_scratch below)
  *   decoder.c       the text decoder forward pass
  *   decoder_attn.c  its causal GQA attention over the KV cache
  *   vit.c           the vision encoder and its mergers
@@ -71,7 +72,60 @@ static inline const ev_qwen3vl *ev_qwen3vl_of(const edgevlm_model *m) {
     return (const ev_qwen3vl *)m->weights;
 }
 
+/* A session's activation buffers (edgevlm_session.scratch), made by scratch.c. Shapes are
+ * row-major, rows first. */
+typedef struct ev_text_scratch {
+    float *x;                      /* [n_batch, n_embd] residual stream */
+    float *xb;                     /* [n_batch, n_embd] normalised input of a sublayer */
+    float *q;                      /* [n_batch, n_head * head_dim] */
+    float *k;                      /* [n_batch, n_head_kv * head_dim] */
+    float *v;                      /* [n_batch, n_head_kv * head_dim] */
+    float *att;                    /* [n_batch, n_head * head_dim] attention output */
+    float *gate;                   /* [n_batch, n_ff] */
+    float *up;                     /* [n_batch, n_ff] */
+    float *rope_cos;               /* [n_batch, head_dim / 2] */
+    float *rope_sin;               /* [n_batch, head_dim / 2] */
+    float *scores;                 /* [n_threads, n_ctx] attention probabilities */
+    float *acc;                    /* [n_threads, head_dim] f32 accumulator for f16 V */
+    float *attn_tile;              /* [n_threads, ev_dec_attn_floats(head_dim)] prefill
+                                    * attention: K^T, V, scores and output blocks */
+} ev_text_scratch;
+
+typedef struct ev_vit_scratch {    /* all NULL when the session has max_patches 0 */
+    int64_t max_patches;           /* capacity N (0: no vision buffers) */
+    float *h;                      /* [N, C] residual stream */
+    float *y;                      /* [N, max(C, 3*P*P)] normalised input / patch gather */
+    float *y2;                     /* [N, 3*P*P] second temporal slice of the patch gather */
+    float *qkv;                    /* [N, 3C] */
+    float *att;                    /* [N, C] */
+    float *mlp;                    /* [N, max(FF, 4C)] (fc1 output; merger hidden [N/4, 4C]) */
+    float *merge_in;               /* [N/4, 4C] = [N, C] normalised merger input */
+    float *rope_cos;               /* [N, head_dim / 2] */
+    float *rope_sin;               /* [N, head_dim / 2] */
+    int32_t *pos_row;              /* [N] patch row (full resolution) */
+    int32_t *pos_col;              /* [N] patch column */
+    float *attn;                   /* [n_threads, ev_vit_attn_floats(head_dim, N)]: per thread
+                                      K^T [hd, S], V [hd rows of S], P [EV_VIT_ATT_QB, S],
+                                      S <= N */
+} ev_vit_scratch;
+
+typedef struct ev_qwen3vl_scratch {
+    ev_text_scratch t;             /* the text decoder's */
+    ev_vit_scratch v;              /* the vision encoder's */
+} ev_qwen3vl_scratch;
+
+static inline ev_text_scratch *ev_text_scratch_of(const edgevlm_session *s) {
+    return &((ev_qwen3vl_scratch *)s->scratch)->t;
+}
+static inline ev_vit_scratch *ev_vit_scratch_of(const edgevlm_session *s) {
+    return &((ev_qwen3vl_scratch *)s->scratch)->v;
+}
+
 extern const ev_family ev_family_qwen3vl;   /* family.c */
+
+/* scratch.c: family.h's session_alloc / session_free */
+edgevlm_status ev_qwen3vl_session_alloc(edgevlm_session *s, char *err, size_t err_len);
+void ev_qwen3vl_session_free(edgevlm_session *s);
 
 /* load.c */
 edgevlm_status ev_qwen3vl_load_text(edgevlm_model *m, char *err, size_t err_len);
@@ -91,8 +145,8 @@ edgevlm_status ev_text_forward(edgevlm_session *s, const int32_t *tokens, int64_
 #define EV_DEC_ATT_QB 64
 #define EV_DEC_ATT_KB 256
 
-/* decoder_attn.c: causal GQA attention of the call's n queries (q in s->t.q, keys and values
- * already in the cache at n_past ..) into s->t.att */
+/* decoder_attn.c: causal GQA attention of the call's n queries (q in the text scratch's q,
+ * keys and values already in the cache at n_past ..) into its att */
 void ev_decoder_attention(edgevlm_session *s, int layer, int64_t n);
 int64_t ev_dec_attn_floats(int64_t head_dim);   /* per-thread attn_tile floats */
 

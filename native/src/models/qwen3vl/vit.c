@@ -102,13 +102,14 @@ static void vit_attn_task(void *ctx, int64_t start, int64_t end, int tid) {
     const int64_t c = in->v_n_embd, heads = in->v_n_head, hd = c / heads, S = job->segment;
     const float scale = 1.0f / sqrtf((float)hd);
     const ev_kernels *k = s->kernels;
-    float *kt = s->v.attn + (int64_t)tid * ev_vit_attn_floats(hd, s->v.max_patches);
+    const ev_vit_scratch *vs = ev_vit_scratch_of(s);
+    float *kt = vs->attn + (int64_t)tid * ev_vit_attn_floats(hd, vs->max_patches);
     float *vh = kt + hd * S;                          /* [S][hd] */
     float *p = vh + S * hd;                           /* [EV_VIT_ATT_QB][S] */
     float inv[EV_VIT_ATT_QB];
     for (int64_t item = start; item < end; item++) {
         const int64_t seg0 = (item / heads) * S, h = item % heads;
-        const float *q = s->v.qkv + seg0 * 3 * c + h * hd;    /* rows 3c apart */
+        const float *q = vs->qkv + seg0 * 3 * c + h * hd;    /* rows 3c apart */
         for (int64_t t = 0; t < S; t++) {
             const float *kr = q + t * 3 * c + c, *vr = kr + c;
             for (int64_t d = 0; d < hd; d++) kt[d * S + t] = kr[d];
@@ -121,7 +122,7 @@ static void vit_attn_task(void *ctx, int64_t start, int64_t end, int tid) {
                 float *row = p + i * S;
                 inv[i] = 1.0f / k->exp_sum_f32(row, S, ev_row_max(row, S));
             }
-            float *out = s->v.att + (seg0 + q0) * c + h * hd;
+            float *out = vs->att + (seg0 + q0) * c + h * hd;
             k->sgemm_f32(qb, hd, S, 1.0f, p, S, vh, hd, out, c);
             for (int64_t i = 0; i < qb; i++)
                 for (int64_t d = 0; d < hd; d++) out[i * c + d] *= inv[i];
@@ -174,7 +175,7 @@ static void run_merger(edgevlm_session *s, const ev_merger *mg, const float *h, 
                        float *out) {
     const edgevlm_model_info *in = &s->model->info;
     const int64_t c = in->v_n_embd;
-    ev_vit_scratch *v = &s->v;
+    ev_vit_scratch *v = ev_vit_scratch_of(s);
     if (mg->post_shuffle_norm)
         vit_layernorm(s, v->merge_in, h, &mg->norm_w, &mg->norm_b, n / 4, 4 * c);
     else
@@ -188,7 +189,7 @@ static void patch_embed(edgevlm_session *s, const float *pixels, int64_t n) {
     const ev_qwen3vl *m = ev_qwen3vl_of(s->model);
     const int64_t pp = (int64_t)s->model->info.v_patch_size * s->model->info.v_patch_size;
     const int64_t c = s->model->info.v_n_embd;
-    ev_vit_scratch *v = &s->v;
+    ev_vit_scratch *v = ev_vit_scratch_of(s);
     /* pixel columns are (channel, t, py, px): gather each temporal slice as (channel, py, px) */
     for (int64_t r = 0; r < n; r++) {
         const float *src = pixels + r * 6 * pp;
@@ -208,7 +209,7 @@ edgevlm_status ev_vision_forward(edgevlm_session *s, const float *pixel_values, 
     const edgevlm_model_info *in = &s->model->info;
     const ev_qwen3vl *m = ev_qwen3vl_of(s->model);
     const int64_t c = in->v_n_embd, d = in->n_embd;
-    ev_vit_scratch *v = &s->v;
+    ev_vit_scratch *v = ev_vit_scratch_of(s);
 
     patch_embed(s, pixel_values, n);
     patch_coords(v, gt, gh, gw);
