@@ -8,8 +8,9 @@ greedy, exactly :data:`ANSWER_TOKENS` tokens (the random model's EOS is ignored)
 
 - edgevlm: ``Engine.generate`` in a worker that loaded the engine once (the ``camera`` / ``cameraN``
   ops of ``engine_workers.py``): base64 + JPEG decode + preprocessing, ViT, prefill, 39 decode
-  steps, and the same again with a per-camera pixel budget (:data:`SMALL_MAX_PIXELS` as the
-  request's ``mm_processor_kwargs.max_pixels``);
+  steps, and the same again with a per-camera pixel budget (:data:`SMALL_MAX_PIXELS`, what
+  ``cameras.<name>.max_pixels`` sets: the frame's request carries it as
+  ``mm_processor_kwargs.max_pixels``, verbs/describe.py ``frame_request``);
 - llama.cpp: one ``llama-mtmd-cli`` process per run (:class:`MtmdCli`), whose load (model,
   context, mmproj, warm-ups) is timed from its log and kept out of the total.
 

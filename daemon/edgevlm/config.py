@@ -269,6 +269,11 @@ class CameraConfig(_Section):
     prompt: Prompt = "Describe what the {camera} camera sees."
     label_prompts: dict[str, Prompt] = Field(default_factory=dict)
     max_tokens: int = Field(default=64, ge=1, le=4096)
+    max_pixels: int | None = Field(
+        default=None, ge=1, description="resize this camera's frames to at most this many "
+        "pixels (fewer vision tokens: a faster, coarser description; e.g. 230400, the "
+        "pixels of 640x360); null: model.max_pixels. Never above model.max_pixels nor below "
+        "the model's minimum")
     json_schema: dict[str, Any] | None = Field(
         default=None, description="answer as JSON following this schema (docs/mqtt.md, "
         "Structured answers): the description topic carries it as `value`, and Home "

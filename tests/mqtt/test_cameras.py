@@ -148,6 +148,35 @@ def test_a_camera_frame_over_the_size_limit_is_refused_at_admission(
     assert service.metrics.snapshot()["requests"]["received"] == 1
 
 
+def test_a_cameras_max_pixels_bounds_its_frames(
+        make_config: Callable[..., Config], start_service: Callable[[Config], Service],
+        mqtt_client: Callable[..., MqttTestClient], demo_engine: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """cameras.<name>.max_pixels: the same 1280x720 frame on a camera with a budget at the
+    model's floor costs fewer vision tokens than on a camera without one (model.max_pixels;
+    the demo model's own range is 16 384-32 768 pixels, 16-32 tokens)."""
+    vision: dict[str, int] = {}
+    original = demo_engine.generate_prepared
+
+    def recording(request: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(request, *args, **kwargs)
+        vision[request.messages[0].parts()[1].text] = result.vision_tokens
+        return result
+
+    monkeypatch.setattr(demo_engine, "generate_prepared", recording)
+    start_service(make_config(**{"cameras.small.max_tokens": 2, "cameras.small.prompt": "small",
+                                 "cameras.small.max_pixels": 16_384,
+                                 "cameras.full.max_tokens": 2, "cameras.full.prompt": "full"}))
+    client = mqtt_client()
+    client.sub(f"{ROOT}/+/description")
+    big = image_bytes(1280, 720, seed=5)
+    client.pub(f"{ROOT}/small/image", big)
+    client.pub(f"{ROOT}/full/image", big)
+    client.inbox.wait(f"{ROOT}/+/description", count=2)
+    assert vision["small"] <= 16_384 // (32 * 32), vision
+    assert vision["full"] >= vision["small"] + 8, vision
+
+
 def test_a_frame_request_is_admitted_from_its_bytes(demo_engine: Any) -> None:
     """The typed errors of admission for a frame built in the daemon."""
     from edgevlm.pipeline.admission import RequestSide, admit_request

@@ -20,6 +20,7 @@ from ..wire.protocol import (
     ImagePart,
     InlineBytes,
     Message,
+    MMProcessorKwargs,
     Request,
     TextPart,
     Usage,
@@ -39,13 +40,17 @@ def admit(payload: bytes, side: RequestSide) -> Admitted:
 
 def frame_request(image: bytes, prompt: str, max_tokens: int,
                   schema: dict[str, Any] | None = None,
-                  choices: list[str] | None = None) -> Request:
+                  choices: list[str] | None = None, max_pixels: int | None = None) -> Request:
     """A camera frame as a describe request: the image bytes as they came (no base64), then
-    the prompt; ``schema``/``choices``: the camera's ``json_schema``/``choices``."""
+    the prompt; ``schema``/``choices``/``max_pixels``: the camera's ``json_schema``,
+    ``choices`` and ``max_pixels`` (a request's pixel bound, clamped by the deployment's as
+    any request's is)."""
     return Request(messages=[Message(role="user", content=[
         ImagePart(type="image", image=InlineBytes.of_bytes(image)),
         TextPart(type="text", text=prompt)])], max_tokens=max_tokens, schema_=schema,
-                   choices=choices)
+                   choices=choices,
+                   mm_processor_kwargs=MMProcessorKwargs(max_pixels=max_pixels)
+                   if max_pixels is not None else None)
 
 
 def answer(result: GenerationResult, model: str, queue_ms: float,
