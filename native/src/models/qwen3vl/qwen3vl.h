@@ -77,12 +77,15 @@ static inline const ev_qwen3vl *ev_qwen3vl_of(const edgevlm_model *m) {
 typedef struct ev_text_scratch {
     float *x;                      /* [n_batch, n_embd] residual stream */
     float *xb;                     /* [n_batch, n_embd] normalised input of a sublayer */
-    float *q;                      /* [n_batch, n_head * head_dim] */
-    float *k;                      /* [n_batch, n_head_kv * head_dim] */
-    float *v;                      /* [n_batch, n_head_kv * head_dim] */
-    float *att;                    /* [n_batch, n_head * head_dim] attention output */
-    float *gate;                   /* [n_batch, n_ff] */
-    float *up;                     /* [n_batch, n_ff] */
+    /* q, k, v and att live from a layer's q/k/v projections to its o projection, gate and
+     * up from its gate/up projections to its down projection: views into one buffer, work */
+    float *work;                   /* [n_batch, max(2 q_row + 2 kv_row, 2 n_ff)] (+ padding) */
+    float *q;                      /* [n_batch, n_head * head_dim]     work + 0 */
+    float *k;                      /* [n_batch, n_head_kv * head_dim]  after q */
+    float *v;                      /* [n_batch, n_head_kv * head_dim]  after k */
+    float *att;                    /* [n_batch, n_head * head_dim]     after v: attention output */
+    float *gate;                   /* [n_batch, n_ff]                  work + 0 */
+    float *up;                     /* [n_batch, n_ff]                  after gate */
     float *rope_cos;               /* [n_batch, head_dim / 2] */
     float *rope_sin;               /* [n_batch, head_dim / 2] */
     float *scores;                 /* [n_threads, n_ctx] attention probabilities */
