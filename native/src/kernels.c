@@ -18,7 +18,8 @@
  *     16 rows (64 bytes of every output row: no two threads write one cache line when n_out is
  *     a multiple of 16). Each thread streams its weight rows once per token block.
  *  3. Within a chunk the kernel set's register-blocked gemm runs (several tokens per decoded
- *     weight block), or, for the scalar set, vec_dot over every (token, row) pair.
+ *     weight block; for Q4_K/Q6_K in the AVX-512 sets a decode row kernel, x86_avx512_kgemv.c),
+ *     or, where the set has none for the type, vec_dot over every (token, row) pair.
  */
 #include "kernels.h"
 

@@ -1,6 +1,7 @@
 /* test_kquants_simd.c - every SIMD kernel set this CPU runs against the scalar set for the
  * K-quants and IQ4_XS: the Q8_K activation quantiser bit for bit (random, tie, subnormal, NaN
- * and infinite inputs), the vec_dot kernels on random and extreme blocks of 1..8 super-blocks,
+ * and infinite inputs), the vec_dot kernels (and the sets' decode row kernels, gemm, where they
+ * have them) on random and extreme blocks of 1..8 super-blocks,
  * the panel dequantisers of gemm_dq bit for bit against to_float, ev_matmul at 1, 3, 15
  * (Q8_K activations) and 20 tokens (gemm_dq on float activations; sets with gemm_q16x for
  * the type: int16 activations from EV_MATMUL_INT_MIN_TOK_K tokens on; with gemm_q8x: Q8_0
@@ -170,6 +171,20 @@ static void test_simd_k_dots_match_scalar(void) {
                     if (!(fabs((double)got - want) <= tol) && bad++ < 2)
                         fprintf(stderr, "  %s %s, %d blocks, kind %d: %.9g, scalar %.9g (tol %.3g)\n",
                                 sets[si]->name, t->name, nb, kind, got, want, tol);
+                    if (sets[si]->gemm[t->type]) {   /* the decode row kernels (one row) */
+                        ev_gemm_args a;
+                        memset(&a, 0, sizeof a);
+                        a.w = w;
+                        a.w_stride = ev_row_bytes(t->type, n);
+                        a.x = (const uint8_t *)x;
+                        a.x_stride = nb * (int64_t)sizeof(ev_block_q8_K);
+                        a.y = &got;
+                        a.n_out = 1, a.n_in = n, a.n_tok = 1, a.w_type = t->type;
+                        sets[si]->gemm[t->type](&a, 0, 1);
+                        if (!(fabs((double)got - want) <= tol) && bad++ < 2)
+                            fprintf(stderr, "  %s %s gemm, %d blocks, kind %d: %.9g, scalar %.9g (tol %.3g)\n",
+                                    sets[si]->name, t->name, nb, kind, got, want, tol);
+                    }
                 }
             }
             CHECK_MSG(bad == 0, "%s vec_dot %s: %d of %d off the scalar one", sets[si]->name,

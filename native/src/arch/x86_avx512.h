@@ -80,6 +80,11 @@ void ev_avx512_quantize_i16(const float *x, int16_t *q, float *d, int64_t n);
 void ev_avx512_gemm_f16(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx512_gemm_bf16(const ev_gemm_args *a, int64_t r0, int64_t r1);
 
+/* decode against Q4_K and Q6_K weights (one token of Q8_K activations, prepared once per call; more
+ * tokens: the AVX2 vec_dot per pair) of x86_avx512_kgemv.c */
+void ev_avx512_gemm_q4_K(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx512_gemm_q6_K(const ev_gemm_args *a, int64_t r0, int64_t r1);
+
 /* the many-token product of BF16 weights on bf16-rounded activations of x86_avx512_bf16.c
  * (needs AVX-512 BF16 on top of the set's extensions) */
 void ev_avx512_gemm_bf16x(const ev_gemm_args *a, int64_t r0, int64_t r1);
