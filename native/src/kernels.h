@@ -115,7 +115,7 @@ typedef struct ev_kernels {
     /* Many-token products of Q8_0/Q4_0 (gemm_q16x also Q4_K/Q5_K/IQ4_XS/Q6_K, gemm_q8x also
      * Q4_K/Q5_K/IQ4_XS/Q6_K) weights on
      * integer activations, where the CPU has integer dot products that outrun float FMAs
-     * (AVX-512 VNNI); ev_matmul prefers them to gemm_dq from EV_MATMUL_INT_MIN_TOK tokens on
+     * (AVX-512 VNNI; AVX2's vpmaddwd on int16, gemm_q16x of Q8_0/Q4_0); ev_matmul prefers them to gemm_dq from EV_MATMUL_INT_MIN_TOK tokens on
      * (Q4_K/Q5_K/IQ4_XS/Q6_K: EV_MATMUL_INT_MIN_TOK_K; pack:
      * this thread's EV_GEMM_PACK_FLOATS buffer). NULL: gemm_dq.
      *  gemm_q16x: x = [n_tok][n_in/32][32] int16 from quantize_i16, x_scale their scales

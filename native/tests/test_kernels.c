@@ -413,6 +413,127 @@ static void test_matmul_against_double_reference(void) {
     ev_pool_free(pools[1]);
 }
 
+/* The AVX2 set's gemm_q16x (x86_avx2_qgemm.c: panels of 16 rows, K chunks of 16 blocks, tiles
+ * of 2 row groups x 6 tokens) called directly on ragged shapes: rows not a multiple of 8 or
+ * 16 (and a thread's sub-range [r0, r1) starting inside a panel), 1..40 tokens (every tile
+ * width and remainder), K of 1..33 blocks (chunk tails), with and without bias; random
+ * weights and, for one shape, the extremes (Q4_0 nibbles 0 / Q8_0 -128 and +127 against
+ * activations at +-amax, so int16 products and int32 block sums are at their largest). The
+ * reference: double sums of the dequantised weights times the int16 activations x d. Also
+ * its quantize_i16 against round_i16 bit for bit (and the AVX-512 one, where it runs). */
+static void test_avx2_q16x_ragged(void) {
+#if defined(__x86_64__)
+    const ev_kernels *k = ev_kernels_x86_avx2();
+    if (!k) return;
+    CHECK(k->quantize_i16 != NULL);
+    const int32_t types[] = {EV_TYPE_Q4_0, EV_TYPE_Q8_0};
+    const int64_t rows_list[] = {1, 7, 8, 9, 15, 16, 17, 23, 33, 41};
+    const int64_t nb_list[] = {1, 15, 16, 17, 33};
+    enum { MAX_TOK = 40, MAX_ROWS = 41, MAX_NB = 33 };
+    float *pack = aligned_alloc(64, sizeof(float) * EV_GEMM_PACK_FLOATS);
+    float *x = malloc(sizeof(float) * MAX_TOK * MAX_NB * 32), *xf = malloc(sizeof(float) * MAX_NB * 32);
+    int16_t *x16 = malloc(sizeof(int16_t) * MAX_TOK * MAX_NB * 32);
+    float *xd = malloc(sizeof(float) * MAX_TOK * MAX_NB), *wf = malloc(sizeof(float) * MAX_NB * 32);
+    float *y = malloc(sizeof(float) * MAX_TOK * MAX_ROWS), *bias = malloc(sizeof(float) * MAX_ROWS);
+    uint8_t *w = malloc((size_t)ev_row_bytes(EV_TYPE_Q8_0, MAX_NB * 32) * MAX_ROWS);
+    double *ref = malloc(sizeof(double) * MAX_TOK * MAX_ROWS), *mag = malloc(sizeof(double) * MAX_TOK * MAX_ROWS);
+    int runs = 0;
+    for (int ti = 0; ti < 2; ti++) {
+        const int32_t type = types[ti];
+        CHECK(k->gemm_q16x[type] != NULL);
+        for (size_t ri = 0; ri < sizeof rows_list / sizeof rows_list[0]; ri++) {
+            for (size_t bi = 0; bi < sizeof nb_list / sizeof nb_list[0]; bi++) {
+                const int64_t n_out = rows_list[ri], nb = nb_list[bi], n_in = nb * 32;
+                const int64_t rb = ev_row_bytes(type, n_in);
+                const int extremes = ri == 8 && bi == 4;   /* 33 rows x 33 blocks */
+                make_weights(type, w, n_out, n_in);
+                if (extremes) {
+                    for (int64_t r = 0; r < n_out; r++)
+                        for (int64_t b = 0; b < nb; b++) {
+                            uint8_t *blk = w + r * rb + b * (type == EV_TYPE_Q4_0 ? 18 : 34);
+                            memset(blk + 2, type == EV_TYPE_Q4_0 ? ((r + b) & 1 ? 0xff : 0x00)
+                                                                 : ((r + b) & 1 ? 0x7f : 0x80),
+                                   type == EV_TYPE_Q4_0 ? 16 : 32);
+                        }
+                }
+                fill(bias, n_out, 1.0f);
+                for (int64_t n_tok = 1; n_tok <= MAX_TOK; n_tok += (n_tok < 14 || extremes) ? 1 : 3) {
+                    fill(x, n_tok * n_in, 3.0f);
+                    if (extremes)
+                        for (int64_t i = 0; i < n_tok * n_in; i++) x[i] = (i / 32 + i) & 1 ? 2.5f : -2.5f;
+                    for (int64_t t = 0; t < n_tok; t++) {
+                        k->quantize_i16(x + t * n_in, x16 + t * n_in, xd + t * nb, n_in);
+                        round_i16(x + t * n_in, xf, n_in);
+                        for (int64_t i = 0; i < n_in; i++) {
+                            const float got = (float)x16[t * n_in + i] * xd[t * nb + i / 32];
+                            if (got != xf[i]) {
+                                CHECK_MSG(0, "avx2 quantize_i16 x[%lld][%lld]: %.9g, want %.9g",
+                                          (long long)t, (long long)i, got, xf[i]);
+                                break;
+                            }
+                        }
+                    }
+                    for (int64_t r = 0; r < n_out; r++) {
+                        ev_row_to_f32(type, w + r * rb, wf, n_in);
+                        for (int64_t t = 0; t < n_tok; t++) {
+                            double v = 0.0, m = 0.0;
+                            for (int64_t i = 0; i < n_in; i++) {
+                                const double p = (double)wf[i] * x16[t * n_in + i] * xd[t * nb + i / 32];
+                                v += p;
+                                m += fabs(p);
+                            }
+                            ref[t * n_out + r] = v;
+                            mag[t * n_out + r] = m;
+                        }
+                    }
+                    const int with_bias = (int)((n_tok + ri) & 1);
+                    /* a thread's rows [r0, r1): from inside the first panel when there are
+                     * enough rows, the rest [0, r0) as another call */
+                    const int64_t r0 = n_out > 9 ? 5 : 0;
+                    for (int64_t i = 0; i < n_tok * n_out; i++) y[i] = NAN;
+                    ev_gemm_args a = {.w = w, .w_stride = rb, .x = (const uint8_t *)x16,
+                                      .x_stride = n_in * 2, .x_scale = xd, .x_sum = NULL,
+                                      .bias = with_bias ? bias : NULL, .y = y, .n_out = n_out,
+                                      .n_in = n_in, .n_tok = n_tok, .w_type = type, .pack = pack};
+                    k->gemm_q16x[type](&a, r0, n_out);
+                    if (r0 > 0) k->gemm_q16x[type](&a, 0, r0);
+                    int bad = 0;
+                    for (int64_t t = 0; t < n_tok; t++)
+                        for (int64_t r = 0; r < n_out; r++) {
+                            const double want = ref[t * n_out + r] + (with_bias ? bias[r] : 0.0);
+                            const double got = y[t * n_out + r];
+                            const double tol = tol_for(n_in, mag[t * n_out + r] + (with_bias ? fabs(bias[r]) : 0.0));
+                            if (!(fabs(got - want) <= tol) && bad++ < 3)
+                                fprintf(stderr, "  y[%lld][%lld] = %.9g, want %.9g\n", (long long)t,
+                                        (long long)r, got, want);
+                        }
+                    CHECK_MSG(bad == 0, "avx2 gemm_q16x %s %lldx%lld n_tok=%lld bias=%d%s: %d off",
+                              ev_type_get(type)->name, (long long)n_out, (long long)n_in,
+                              (long long)n_tok, with_bias, extremes ? " (extremes)" : "", bad);
+                    runs++;
+                }
+            }
+        }
+    }
+    CHECK(runs > 1000);
+    /* the AVX-512 set's quantize_i16, where it runs, rounds alike */
+    const ev_kernels *best = ev_kernels_best();
+    if (best->quantize_i16 && best->quantize_i16 != k->quantize_i16) {
+        fill(x, MAX_TOK * MAX_NB * 32, 4.0f);
+        int16_t *q2 = malloc(sizeof(int16_t) * MAX_TOK * MAX_NB * 32);
+        float *d2 = malloc(sizeof(float) * MAX_TOK * MAX_NB);
+        k->quantize_i16(x, x16, xd, MAX_TOK * MAX_NB * 32);
+        best->quantize_i16(x, q2, d2, MAX_TOK * MAX_NB * 32);
+        CHECK(memcmp(x16, q2, sizeof(int16_t) * MAX_TOK * MAX_NB * 32) == 0);
+        CHECK(memcmp(xd, d2, sizeof(float) * MAX_TOK * MAX_NB) == 0);
+        free(q2);
+        free(d2);
+    }
+    free(pack); free(x); free(xf); free(x16); free(xd); free(wf); free(y); free(bias); free(w);
+    free(ref); free(mag);
+#endif
+}
+
 /* Q4_0 against Q8_0 activations at the ends of both ranges: nibbles all 15 or all 0 (values
  * +7, -8) against x = +-1 (quantised to +-127): per block |sum q x| and |8 sum x| are at
  * their largest, so int16 partial sums that overflowed would show. Exact: y = n_in (q - 8) x. */
@@ -621,6 +742,7 @@ int main(void) {
     test_simd_sets_against_scalar();
     test_matmul_against_double_reference();
     test_q4_decode_extremes();
+    test_avx2_q16x_ragged();
     test_matmul_sets_agree_and_null_pool();
     test_rmsnorm_closed_form();
     test_layernorm_closed_form();

@@ -187,6 +187,13 @@ static const ev_kernels AVX2_OWN = {
         [EV_TYPE_Q5_K] = ev_avx2_gemm_dq_q5_K,
         [EV_TYPE_IQ4_XS] = ev_avx2_gemm_dq_iq4_xs,
     },
+    /* int16 activations x int16-widened weights (vpmaddwd), x86_avx2_qgemm.c: the exact
+     * precision's many-token Q8_0/Q4_0 products from EV_MATMUL_INT_MIN_TOK tokens on */
+    .gemm_q16x = {
+        [EV_TYPE_Q8_0] = ev_avx2_gemm_q16x_q8_0,
+        [EV_TYPE_Q4_0] = ev_avx2_gemm_q16x_q4_0,
+    },
+    .quantize_i16 = ev_avx2_quantize_i16,
 };
 
 /* F16C from CPUID leaf 1 (ECX bit 29): clang before 15 has no __builtin_cpu_supports("f16c"),

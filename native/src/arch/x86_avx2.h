@@ -58,6 +58,12 @@ void ev_avx2_gemm_bf16(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx2_gemm_q8_0(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx2_gemm_q4_0(const ev_gemm_args *a, int64_t r0, int64_t r1);
 
+/* the many-token products on int16 activations of x86_avx2_qgemm.c (gemm_q16x) and their
+ * activation rounding (bit-identical to ev_avx512_quantize_i16) */
+void ev_avx2_gemm_q16x_q8_0(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx2_gemm_q16x_q4_0(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx2_quantize_i16(const float *x, int16_t *q, float *d, int64_t n);
+
 
 /* the K-quant kernels of x86_avx2_kquants.c: Q8_K activations (bit-identical to
  * ev_quantize_row_q8_K), dots against them, and row dequantisers bit-identical to the type

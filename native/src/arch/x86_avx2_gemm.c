@@ -17,7 +17,9 @@
  *    the weights (decode: pure streaming, 34 or 18 bytes per block and row).
  *  - otherwise the 4 rows of a tile are decoded once per K chunk into a stack panel (signed
  *    int8, |w| and float scales) and a 4 x 2 micro-kernel runs on it for every token pair:
- *    per block and pair only sign, maddubs, madd, cvt, mul and FMA remain.
+ *    per block and pair only sign, maddubs, madd, cvt, mul and FMA remain. (ev_matmul sends
+ *    4 tokens and more to the set's gemm_q16x instead, x86_avx2_qgemm.c: int16 activations,
+ *    the exact precision; this panel path serves sets without it.)
  */
 #if defined(__x86_64__)
 
