@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 enum ev_type {
     EV_TYPE_F32 = 0,
@@ -166,6 +167,21 @@ static inline void ev_k4_scale_min(int j, const uint8_t *scales, uint8_t *sc, ui
         *sc = (uint8_t)((scales[j + 4] & 0x0f) | ((scales[j - 4] >> 6) << 4));
         *m = (uint8_t)((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4));
     }
+}
+
+/* All 8 at once, a byte each in a uint64 (byte j = sub-block j), for the SIMD kernels:
+ * scales[0..3] / mins[0..3] are the low 6 bits of bytes 0..3 / 4..7; scales[4..7] / mins[4..7]
+ * take their low 4 bits from the nibbles of bytes 8..11 and their high 2 from the top bits of
+ * bytes 0..3 / 4..7. */
+static inline void ev_k4_scales_mins(const uint8_t packed[EV_K_SCALE_BYTES], uint64_t *scales,
+                                     uint64_t *mins) {
+    uint32_t u[3];
+    memcpy(u, packed, sizeof u);
+    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+    const uint32_t sc_hi = (u[2] & low4) | (((u[0] >> 6) & low2) << 4);
+    const uint32_t m_hi = ((u[2] >> 4) & low4) | (((u[1] >> 6) & low2) << 4);
+    *scales = (uint64_t)(u[0] & low6) | (uint64_t)sc_hi << 32;
+    *mins = (uint64_t)(u[1] & low6) | (uint64_t)m_hi << 32;
 }
 
 typedef struct ev_type_traits {

@@ -105,21 +105,6 @@ EV_AVX2 void ev_avx2_quantize_q8_K(const float *x, ev_block_q8_K *y, int64_t n) 
 
 /* ---- Q4_K -------------------------------------------------------------------------------- */
 
-/* The 8 6-bit scales and 8 mins of a Q4_K/Q5_K super-block (ev_k4_scale_min), a byte each:
- * scales[0..3] and mins[0..3] are the low 6 bits of bytes 0..3 and 4..7; scales[4..7] and
- * mins[4..7] take their low 4 bits from the nibbles of bytes 8..11 and their high 2 from the
- * top bits of bytes 0..3 and 4..7. */
-static inline void k4_scales_mins(const uint8_t packed[EV_K_SCALE_BYTES], uint64_t *scales,
-                                  uint64_t *mins) {
-    uint32_t u[3];
-    memcpy(u, packed, sizeof u);
-    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
-    const uint32_t sc_hi = (u[2] & low4) | (((u[0] >> 6) & low2) << 4);
-    const uint32_t m_hi = ((u[2] >> 4) & low4) | (((u[1] >> 6) & low2) << 4);
-    *scales = (uint64_t)(u[0] & low6) | (uint64_t)sc_hi << 32;
-    *mins = (uint64_t)(u[1] & low6) | (uint64_t)m_hi << 32;
-}
-
 /* sum over the 8 sub-blocks of min[j] * (bsums[2j] + bsums[2j+1]), as 4 int32 lanes */
 EV_AVX2_INLINE __m128i k4_min_sums(uint64_t mins, const int16_t *bsums) {
     const __m128i pair = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bsums),
@@ -161,7 +146,7 @@ EV_AVX2_INLINE float k4_dot(int64_t n, const ev_block_q4_K *w4, const ev_block_q
     __m128 acc_min = _mm_setzero_ps();
     for (int64_t i = 0; i < n / EV_QK_K; i++) {
         uint64_t scales, mins;
-        k4_scales_mins(w4 ? w4[i].scales : w5[i].scales, &scales, &mins);
+        ev_k4_scales_mins(w4 ? w4[i].scales : w5[i].scales, &scales, &mins);
         const ev_fp16 wd = w4 ? w4[i].d : w5[i].d, wdmin = w4 ? w4[i].dmin : w5[i].dmin;
         const float d = x[i].d * avx2_fp16(wd), dmin = x[i].d * avx2_fp16(wdmin);
         acc_min = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_min_sums(mins, x[i].bsums)),
@@ -384,7 +369,7 @@ EV_AVX2_INLINE void dequantize_k4(const uint8_t *block, int64_t block_bytes, int
     for (int64_t i = 0; i < n / EV_QK_K; i++, dst += EV_QK_K, block += block_bytes) {
         const ev_block_q4_K *head = (const ev_block_q4_K *)block;   /* d, dmin, scales */
         uint64_t scales, mins;
-        k4_scales_mins(head->scales, &scales, &mins);
+        ev_k4_scales_mins(head->scales, &scales, &mins);
         const float d = avx2_fp16(head->d), dmin = avx2_fp16(head->dmin);
         const __m256i hbits = qh_at ? _mm256_loadu_si256((const __m256i *)(block + qh_at))
                                     : _mm256_setzero_si256();

@@ -62,20 +62,6 @@ EV_AVX512_INLINE void k4_gx_prepare(const ev_block_q8_K *x, int64_t nsb, k4_gx *
     }
 }
 
-/* the 8 6-bit scales and mins of a Q4_K super-block, a byte each (as k4_scales_mins in
- * x86_avx2_kquants.c): scales[0..3] / mins[0..3] the low 6 bits of bytes 0..3 / 4..7,
- * scales[4..7] / mins[4..7] the nibbles of bytes 8..11 and the top 2 bits of 0..3 / 4..7 */
-static inline void k4_gx_scales_mins(const uint8_t packed[EV_K_SCALE_BYTES], uint64_t *scales,
-                                     uint64_t *mins) {
-    uint32_t u[3];
-    memcpy(u, packed, sizeof u);
-    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
-    const uint32_t sc_hi = (u[2] & low4) | (((u[0] >> 6) & low2) << 4);
-    const uint32_t m_hi = ((u[2] >> 4) & low4) | (((u[1] >> 6) & low2) << 4);
-    *scales = (uint64_t)(u[0] & low6) | (uint64_t)sc_hi << 32;
-    *mins = (uint64_t)(u[1] & low6) | (uint64_t)m_hi << 32;
-}
-
 /* vpshufb control that turns the scales' 8 bytes (broadcast to every 64 bits) into the int16
  * scale of each lane of packs_epi32(dA, dB): 128-bit lane k holds dA's int32 lanes 4k..4k+3
  * then dB's, i.e. sub-blocks a (k < 2) or a + 2 (k >= 2), then b or b + 2. */
@@ -95,7 +81,7 @@ EV_AVX512_INLINE float k4_gemv_row(const ev_block_q4_K *w, int64_t nsb, const k4
     __m128 acc_min = _mm_setzero_ps();
     for (int64_t i = 0; i < nsb; i++) {
         uint64_t scales, mins;
-        k4_gx_scales_mins(w[i].scales, &scales, &mins);
+        ev_k4_scales_mins(w[i].scales, &scales, &mins);
         const __m512i v0 = _mm512_loadu_si512(w[i].qs), v1 = _mm512_loadu_si512(w[i].qs + 64);
         const __m512i lo0 = _mm512_and_si512(v0, low4);
         const __m512i hi0 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), low4);
