@@ -262,6 +262,12 @@ def text_size(request: Request, pieces: list[Segment]) -> TextSize:
                     tuple(utf8_bounds(p) for p in pieces if isinstance(p, str)))
 
 
+def fitted_max_tokens(requested: int, room: int) -> int:
+    """A cap of ``requested`` tokens fitted to the ``room`` the prompt leaves in the context;
+    unchanged when it fits, or when no room is left (the context check then refuses it)."""
+    return room if 1 <= room < requested else requested
+
+
 def count_long_text(request: Request, budget: Budget, tokenizer: IdTokenizer,
                     template: ChatTemplate) -> tuple[ChatTokens, int]:
     """The tokenized chat of a request admitted on its text's upper bound
@@ -271,9 +277,8 @@ def count_long_text(request: Request, budget: Budget, tokenizer: IdTokenizer,
     chat = tokenize_chat(template(request.messages, True), tokenizer)
     text = chat.tokens - 3 * len(budget.items)  # the items count their own markers
     max_tokens = budget.max_tokens
-    room = budget.context - text - budget.vision_tokens
-    if budget.fit_max_tokens and 1 <= room < max_tokens:
-        max_tokens = room
+    if budget.fit_max_tokens:
+        max_tokens = fitted_max_tokens(max_tokens, budget.context - text - budget.vision_tokens)
     check_context(text, budget.vision_tokens, max_tokens, budget.context, budget.items_text)
     return chat, max_tokens
 
@@ -316,9 +321,8 @@ def preflight(request: Request, ctx: PreflightContext, *, fit_max_tokens: bool =
     else:  # too long to tokenize here: one token per byte at most; the worker counts it
         text_tokens = size.upper_tokens()
     max_tokens = request.max_tokens
-    room = ctx.context_length - text_tokens - vision
-    if fit_max_tokens and exact and 1 <= room < max_tokens:  # a long text: the worker fits
-        max_tokens = room
+    if fit_max_tokens and exact:  # a long text: the worker fits it on the exact count
+        max_tokens = fitted_max_tokens(max_tokens, ctx.context_length - text_tokens - vision)
     budget = Budget(text_tokens, vision, text_tokens + vision, max_tokens,
                     ctx.context_length, tuple(items), tok.name, exact, bounds, chat,
                     fit_max_tokens)

@@ -70,7 +70,6 @@ class Submitter:
         URLs stand for the smallest image): raises the error to answer with."""
         admit_request(parse_request(body), size, side_for(self.side(), self.refs, requester))
 
-
     def submit(self, body: dict[str, Any], size: int, requester: str,
                loop: asyncio.AbstractEventLoop, *, fit_max_tokens: bool = False) -> HttpReply:
         """Admit ``body`` (the protocol form of the request, ``size`` bytes on the wire) and
