@@ -49,13 +49,7 @@ class CameraFlow:
                  options: OptionStore) -> None:
         self.queue = queue
         self.metrics = metrics
-        self.schemas: dict[str, dict[str, Any] | None] = {}  # camera -> its json_schema
-        self.choices: dict[str, list[str] | None] = {}  # camera -> its choices
-        self.max_pixels: dict[str, int | None] = {}  # camera -> its pixel budget
-        for name, cam in config.cameras.items():
-            self.schemas[name] = cam.json_schema
-            self.choices[name] = cam.choices
-            self.max_pixels[name] = cam.max_pixels
+        self.cameras = config.cameras  # each camera's answer shape and pixel budget
         self._side = side
         self._publish = publish
         self.model_name = model_name
@@ -79,10 +73,11 @@ class CameraFlow:
 
     def submit(self, frame: CameraFrame) -> None:
         """A frame from a camera source (network thread): admit it, then queue it."""
+        cam = self.cameras.get(frame.camera)
         request = describe.frame_request(frame.image, frame.prompt, frame.max_tokens,
-                                         self.schemas.get(frame.camera),
-                                         self.choices.get(frame.camera),
-                                         self.max_pixels.get(frame.camera))
+                                         cam.json_schema if cam else None,
+                                         cam.choices if cam else None,
+                                         cam.max_pixels if cam else None)
         try:  # the admission every request passes: sizes, pixels, the token budget
             admitted = admit_request(request, len(frame.image) + len(frame.prompt.encode()),
                                      self._side())
