@@ -103,7 +103,7 @@ class Reads(ast.NodeVisitor):
     """Which ``section.key`` the code reads. A value is read through
     - a chain ``<anything>.<section>.<key>`` (``self.config.mqtt.host``),
     - a name bound to a section (``mqtt = config.mqtt``; ``for name, cam in
-      config.cameras.items()``; a parameter annotated with the section's class), then
+      config.cameras.items()``; ``cam = cameras.get(name)``; a parameter annotated with the section's class), then
       ``name.key``,
     - ``self.key`` in a method of the section's class that the code calls,
     - a property of a Protocol whose docstring names the section's class
@@ -130,6 +130,11 @@ class Reads(ast.NodeVisitor):
 
     def visit_Assign(self, node: ast.Assign) -> None:
         section = self.section_of(node.value, self.aliases)
+        value = node.value
+        if (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+                and value.func.attr == "get"
+                and self.section_of(value.func.value, self.aliases) == "cameras"):
+            section = "cameras.*"  # ``cam = self.cameras.get(name)``
         for target in node.targets:
             if section and isinstance(target, ast.Name):
                 self.aliases[target.id] = section
