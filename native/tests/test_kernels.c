@@ -360,8 +360,10 @@ static void test_matmul_against_double_reference(void) {
         {20, 6144, 250},
         {1100, 288, 250},   /* more rows than EV_GEMM_NC on one thread, a K tail of 32 */
         {40, 768, 250},     /* 256-element blocks: three K chunks of one super-block each */
-        {1030, 512, 17}};   /* and more rows than EV_GEMM_NC (one token block is enough:
+        {1030, 512, 17},    /* and more rows than EV_GEMM_NC (one token block is enough:
                                250 tokens here were most of this test's time) */
+        {9, 45, 17},        /* float weights: the decode rows' 8-column and scalar tails */
+        {6, 104, 17}};      /* and their 8-column tail after whole steps of 32 */
     for (int si = 0; si < n_sets; si++) {
         for (int pi = 0; pi < 2; pi++) {
             for (int ti = 0; ti < ev_type_count(); ti++) {

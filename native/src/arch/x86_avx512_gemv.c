@@ -6,7 +6,9 @@
  * tile per byte: the AVX2 decode of a 2B BF16 model ran below the memory's speed (6.2 tok/s
  * against llama.cpp's 10.8 on the same AVX-512 host, 2026-12-01). Rows go 4 at a time, as in
  * the AVX2 tiles; the columns past the last multiple of 16 are masked loads. More tokens: the
- * AVX2 set's tiles. Reference: the scalar set's vec_dot (test_kernels.c).
+ * AVX2 set's tiles. Each 64 bytes of a row also prefetch the same columns of the next tile's
+ * rows: rows of 2048 weights are one 4 KiB page, where the hardware prefetcher starts again
+ * (x86_avx2_gemm.c float_gemv4). Reference: the scalar set's vec_dot (test_kernels.c).
  */
 #if defined(__x86_64__)
 
@@ -32,7 +34,19 @@ EV_AVX512_INLINE void gemv_tile(const ev_gemm_args *a, int64_t r, const int R, c
         w[i] = a->w + (r + i) * a->w_stride;
         acc[i] = _mm512_setzero_ps();
     }
+    const int64_t ahead = GEMV_R * a->w_stride;   /* the next tile's rows */
     int64_t k = 0;
+    for (; k + 32 <= n; k += 32) {
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) _mm_prefetch((const char *)(w[i] + ahead + 2 * k), _MM_HINT_T0);
+#pragma GCC unroll 2
+        for (int h = 0; h < 32; h += 16) {
+            const __m512 xv = _mm512_loadu_ps(x + k + h);
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++)
+                acc[i] = _mm512_fmadd_ps(load16_w(w[i], k + h, (__mmask16)0xffff, f16), xv, acc[i]);
+        }
+    }
     for (; k + 16 <= n; k += 16) {
         const __m512 xv = _mm512_loadu_ps(x + k);
 #pragma GCC unroll 4
