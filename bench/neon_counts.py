@@ -31,13 +31,15 @@ runs one Y[T][M] = X[T][K] . W[M][K]^T product of ours (``ev_matmul`` on one thr
 set's gemm_dq from 16 tokens on) and of what llama.cpp runs for it on an A76 without i8mm
 (Q4_0 / Q8_0: ``ggml_quantize_mat_q8_0_4x4`` + ``ggml_gemm_q{4,8}_0_4x4_q8_0`` on weights
 repacked at load; F16: ``llamafile_sgemm``, tinyBLAS on float32x4 with F16 weights), at four
-shapes (M1, T1) (M2, T1) (M1, T2) (M2, T2) for one K (``--prefill-shape 2048,16,32,24,48``),
+shapes (M1, T1) (M2, T1) (M1, T2) (M2, T2) for one K (``--prefill-shape 2048,16,32,48,96``),
 and checks that both products agree. The four counts fit instructions(M, T) =
 a*M*T + b*M + c*T + d exactly: a / K is the cost per weight x token, b / K per weight (ours:
 dequantising and packing the weights), c / K per token x column (ours: packing the
 activations; ggml: quantising them), d per call. The same binary counts F16 decode (one token,
 ours ``ev_matmul``, ggml ``ggml_vec_dot_f16`` on F16-rounded activations, llamafile declining
-n < 2) as instructions per 256 weights (the slope over M at that K). llama.cpp's C++ files are
+n < 2) as instructions per 256 weights (the slope over M at that K). F16 is counted twice:
+llama.cpp built for ARCH_FLAGS and built ``+fp16`` (what a native build on the A76 gets, whose
+F16 paths use F16 arithmetic), ours the same both times. llama.cpp's C++ files are
 compiled with ``aarch64-linux-gnu-g++`` (``apt install g++-aarch64-linux-gnu``).
 """
 
@@ -454,9 +456,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prefill-types", default=",".join(PREFILL_TYPES),
                     help="comma-separated types of the many-token products and F16 decode "
                          f"(default: {','.join(PREFILL_TYPES)}; empty: skip them)")
-    ap.add_argument("--prefill-shape", default="2048,16,32,24,48",
-                    help="K,M1,M2,T1,T2 of the many-token products (2048,16,32,24,48: M "
-                         "multiples of 16, T multiples of 4 and >= 16)")
+    ap.add_argument("--prefill-shape", default="2048,16,32,48,96",
+                    help="K,M1,M2,T1,T2 of the many-token products (2048,16,32,48,96: M "
+                         "multiples of 16, T multiples of 4 and >= 16; T multiples of 48 are "
+                         "whole tiles of ours (6 tokens) and of ggml's Q4_0 gemm (16))")
     ap.add_argument("--prompt-tokens", type=int, default=512,
                     help="prompt tokens of the prefill projection, one batch (512)")
     ap.add_argument("--image", type=int, default=448,

@@ -30,13 +30,15 @@
  *
  * Regions, each between nc_region_begin() and nc_region_end():
  *   0. a known loop of 3 instructions, 10 times     1. the same loop 110 times
- *   2. ours' call site around an empty function     3. ggml's call site likewise
+ *   2, 3. the call site (timed) around an empty function, twice (one site serves both
+ *      sides, so its count is subtracted from both)
  *   4-7. ours at (M1,T1) (M2,T1) (M1,T2) (M2,T2)    8-11. ggml's at the same shapes
- * and prints "TYPE set=<kernel set> rel=<|ours - ggml| / |ggml| at (M2,T2)> agree=0|1";
+ * and prints "TYPE[ decode] set=<kernel set> ggml=base|+fp16 rel=<|ours - ggml| / |ggml| at
+ * (M2,T2)> agree=0|1";
  * exits 1 when they disagree (relative error above 2e-2 for Q4_0/Q8_0, whose activations
  * ggml rounds to Q8_0, 1e-4 for F16, 1e-3 for F16 decode, whose activations ggml rounds to
- * F16, 2e-2 for F16 with ggml built +fp16, which sums in F16): the harness would be calling the wrong functions
- * or laying out the wrong blocks.
+ * F16, 2e-2 for F16 with ggml built +fp16, which sums in F16): the harness would be calling
+ * the wrong functions or laying out the wrong blocks.
  */
 #include <math.h>
 #include <stddef.h>
@@ -268,6 +270,7 @@ int main(int argc, char **argv) {
                        : decode ? 1e-3
                                 : 1e-4;
     const int agree = rel <= tol;
-    printf("%s set=%s rel=%.3g agree=%d\n", argv[1], kset->name, rel, agree);
+    printf("%s%s set=%s ggml=%s rel=%.3g agree=%d\n", argv[1], decode ? " decode" : "",
+           kset->name, nc_ggml_fp16_arith() ? "+fp16" : "base", rel, agree);
     return agree ? 0 : 1;
 }
