@@ -103,8 +103,8 @@ class Reads(ast.NodeVisitor):
     """Which ``section.key`` the code reads. A value is read through
     - a chain ``<anything>.<section>.<key>`` (``self.config.mqtt.host``),
     - a name bound to a section (``mqtt = config.mqtt``; ``for name, cam in
-      config.cameras.items()``; ``cam = cameras.get(name)``; a parameter annotated with the section's class), then
-      ``name.key``,
+      config.cameras.items()``; ``cam = cameras.get(name)``; a parameter annotated with the
+      section's class), then ``name.key``,
     - ``self.key`` in a method of the section's class that the code calls,
     - a property of a Protocol whose docstring names the section's class
       (``sources.CameraSettings``: "What this module reads of ``config.CameraConfig``") that its
