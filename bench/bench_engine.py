@@ -20,8 +20,9 @@ One command does everything, reusing what earlier runs left in ``~/.cache/edgevl
 3. the llama.cpp peer: ``llama-cpp-python`` (pinned below) compiled from source with
    ``CMAKE_ARGS=-DGGML_NATIVE=ON`` into its own venv ``venv-llamacpp`` (plus matplotlib for the
    plot), so the project venv stays clean. The first build takes ~30 min on 2 cores;
-4. with ``--engines ...,llama-bench``: llama.cpp's own ``llama-bench`` built from the same
-   tree by ``tools/llamacpp_tools.py`` (``--llama-variant avx2``: pinned to AVX2/FMA/F16C).
+4. with ``--engines ...,llama-bench`` / ``...,llama-mtmd``: llama.cpp's own ``llama-bench`` /
+   ``llama-mtmd-cli`` built from the same tree by ``tools/llamacpp_tools.py`` (``--isa avx2``:
+   pinned to AVX2/FMA/F16C).
 
 Stages (``--stages``, all by default, in this order):
 
@@ -55,6 +56,11 @@ measurement, after one untimed warm-up of each:
 - ``vit256`` / ``vit448``: the vision encoder (ViT + mergers + DeepStack) on a 256×256
   (64 tokens) and a 448×448 (196 tokens) random image, preprocessing excluded; ms.
 
+``--engines ...,llama-bench`` adds llama.cpp's own benchmark tool for the ``ppN`` / ``tgN``
+ops, a process per measurement (``engine_llama_bench.py``); ``--engines ...,llama-mtmd`` adds
+llama.cpp's own ``llama-mtmd-cli`` for the ``vitS`` ops, a process per measurement on the same
+pair and S×S image, its time "mtmd batch encoding done in N ms" from its log
+(``engine_llama_mtmd.py``). Both run under ``--isa avx2`` (the bindings cannot).
 ``--engines ...,transformers`` adds transformers (bf16 safetensors checkpoint, sdpa, torch
 threads = --threads) as a third engine in the bf16 rows (slow: ~10 more minutes).
 ``--engines edgevlm,edgevlm-fast,...`` adds edgevlm with ``precision="fast"`` (the prefill
@@ -68,7 +74,8 @@ through the low-level ``llama_cpp`` bindings (``llama_decode`` with ``n_batch = 
 bindings (``mtmd_encode_chunk``; the mtmd warm-up at load is left on, as in llama.cpp's tools).
 
 Every number is the median of ``--runs`` runs (≥ 5 for a quoted table). Ratios are edgevlm /
-llama.cpp speed pair by pair (> 1: edgevlm faster); issue 6's target is 1.0. Results go to
+peer speed pair by pair (> 1: edgevlm faster; for the ViT's ms, the peer's time / edgevlm's),
+against each peer that ran the measurement; issue 6's target is 1.0. Results go to
 ``bench/results/engine-<date>.{json,md,png}`` (the other stages' panels in
 ``engine-<date>-stages.png``) with machine, versions and load average.
 Progress on stderr; the Markdown table (or with ``--json`` the JSON) on stdout.
@@ -104,6 +111,8 @@ from engine_setup import (
 ALL_OPS = ("pp128", "pp512", "tg64", "vit256", "vit448")
 ALL_TYPES = ("q8_0", "q4_0", "bf16")   # the default; also f16, f32 and the K-quant mixes
 ALL_STAGES = ("engine", "ttft", "camera", "cold", "threads")
+# the engine peers that are llama.cpp's own tools, and the tool each runs
+TOOL_OF = {"llama-bench": "llama-bench", "llama-mtmd": stage_camera.MTMD}
 
 
 def _csv(text: str) -> list[str]:
@@ -125,13 +134,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "also accepted)")
     ap.add_argument("--engines", default="edgevlm,llama.cpp",
                     help="edgevlm, edgevlm-fast, llama.cpp (the bindings), llama-bench "
-                         "(llama.cpp's own tool; prefill and decode), transformers (engine "
+                         "(llama.cpp's own tool; prefill and decode), llama-mtmd (llama.cpp's "
+                         "own llama-mtmd-cli; the vision encoder vitS), transformers (engine "
                          "stage, bf16 only)")
     ap.add_argument("--isa", default="native", choices=("native", "avx2"),
                     help="native: each engine's best code path for this CPU; avx2: both "
                          "pinned to the AVX2 path on any x86 host (edgevlm with "
-                         "EDGEVLM_MAX_CPU_ISA=avx2, llama-bench built with AVX2/FMA/F16C "
-                         "only; default native)")
+                         "EDGEVLM_MAX_CPU_ISA=avx2, llama-bench and llama-mtmd-cli built "
+                         "with AVX2/FMA/F16C only; default native)")
     ap.add_argument("--stage-type", default="q8_0",
                     help="the GGUF pair of the ttft, camera, cold and threads stages")
     ap.add_argument("--scaling-threads",
@@ -175,9 +185,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             ap.error(f"unknown type {t}; choose from {','.join(VISION_TYPE)}")
     if args.isa == "avx2" and (set(args.engines) & {"llama.cpp", "transformers"}
                                or set(args.stages) != {"engine"}):
-        ap.error("--isa avx2 pins edgevlm and llama-bench in the engine stage; the llama.cpp "
-                 "bindings and transformers are built for this CPU: use --stages engine "
-                 "--engines edgevlm,llama-bench")
+        ap.error("--isa avx2 pins edgevlm, llama-bench and llama-mtmd in the engine stage; the "
+                 "llama.cpp bindings and transformers are built for this CPU: use --stages "
+                 "engine --engines edgevlm,llama-bench,llama-mtmd")
     if args.runs < 1:
         ap.error("--runs must be >= 1")
     if any(n < 1 for n in args.scaling_threads) or not args.scaling_threads:
@@ -186,6 +196,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if max(n_tokens, default=0) > args.ctx:
         ap.error("a measurement does not fit --ctx")
     return args
+
+
+def llama_tools(args: argparse.Namespace) -> str:
+    """The bin directory of the llama.cpp tools the engine peers run, built as ``--isa`` asks
+    (one build directory per variant holds them all), or "" when none is asked for."""
+    targets = [TOOL_OF[e] for e in args.engines if e in TOOL_OF]
+    return ensure_tools(targets, args.isa) if targets else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,8 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                 and set(args.stages) - {"camera"} else "")
     if args.isa == "avx2":   # inherited by every worker process
         os.environ["EDGEVLM_MAX_CPU_ISA"] = "avx2"
-    args.llama_bin = (ensure_tools(["llama-bench"], args.isa)
-                      if "llama-bench" in args.engines else "")
+    args.llama_bin = llama_tools(args)
     args.mtmd_bin = (ensure_tools([stage_camera.MTMD], "native")
                      if "camera" in args.stages and "llama.cpp" in args.engines else "")
     checkpoint = ensure_checkpoint(args.edgevlm_python)
@@ -231,8 +247,9 @@ def main(argv: list[str] | None = None) -> int:
                 versions[f"{engine} build"] = e["build"].strip()
         for name, v in stages.get("camera", {}).get("versions", {}).items():
             versions.setdefault(name, v)
-        if "llama-bench" in versions:
-            versions["llama-bench"] += f" ({args.isa} build, tools/llamacpp_tools.py)"
+        for tool in TOOL_OF:
+            if tool in versions:
+                versions[tool] += f" ({args.isa} build, tools/llamacpp_tools.py)"
         if "llama.cpp" in versions:
             versions["llama.cpp"] += f" (built from source, CMAKE_ARGS={LLAMA_CMAKE_ARGS})"
         return {

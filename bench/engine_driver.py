@@ -15,9 +15,16 @@ from engine_common import PAUSE_S, REPO, cache_root, log, median
 # edgevlm-fast: edgevlm with precision "fast" (llama.cpp's rounding of the prefill/ViT
 # activations, where the CPU has kernels for it), compared with the peers like edgevlm
 # llama-bench: llama.cpp's own benchmark tool (engine_llama_bench.py), prefill and decode only
-ENGINES = ("edgevlm", "edgevlm-fast", "llama.cpp", "llama-bench", "transformers")
+# llama-mtmd: llama.cpp's own llama-mtmd-cli (engine_llama_mtmd.py), the vision encoder only
+ENGINES = ("edgevlm", "edgevlm-fast", "llama.cpp", "llama-bench", "llama-mtmd", "transformers")
 OURS = ENGINES[:2]
 PEERS = ENGINES[2:]
+# the peers that measure some kinds of op only (a ppN / tgN / vitS op's prefix): llama.cpp's
+# tools split them between llama-bench (no vision path) and llama-mtmd-cli
+OP_KINDS = {"llama-bench": ("pp", "tg"), "llama-mtmd": ("vit",)}
+# the peers that run a process per measurement: a warm-up in the worker would carry nothing
+# over, and each process warms up itself (llama-bench's warm-up run, mtmd's warm-up at load)
+SPAWNING = ("llama-bench", "llama-mtmd")
 # the vision tower's storage type next to each text type: F16 where llama.cpp has no vision
 # path of the type (Q4_0, the K-quant mixes) - what published mmproj files use
 VISION_TYPE = {"q8_0": "q8_0", "q4_0": "f16", "bf16": "bf16", "f16": "f16", "f32": "f32",
@@ -116,8 +123,7 @@ def alternate(workers: dict[str, WorkerProc], plan: dict[str, list[str]], runs: 
     log(f"{label}: untimed warm-up of {', '.join(ops)}")
     for op in ops:
         for engine in engines:
-            # llama-bench warms up inside each of its processes
-            if op in plan[engine] and engine != "llama-bench":
+            if op in plan[engine] and engine not in SPAWNING:
                 workers[engine].ask("tg4" if op.startswith("tg") else op)
                 time.sleep(PAUSE_S)
     samples: dict[str, dict[str, list[dict[str, Any]]]] = {e: {op: [] for op in plan[e]}
@@ -138,6 +144,21 @@ def alternate(workers: dict[str, WorkerProc], plan: dict[str, list[str]], runs: 
                 time.sleep(PAUSE_S)
             log(f"{label} run {run + 1}/{runs} {op}: " + ", ".join(line))
     return samples
+
+
+def runs_op(engine: str, op: str) -> bool:
+    """Whether ``engine`` measures ``op`` (every op, but for the peers of ``OP_KINDS``)."""
+    return op.startswith(OP_KINDS.get(engine, ("",)))
+
+
+def check_image_tokens(out: dict[str, Any], label: str) -> None:
+    """Log when the engines' vitS ops encoded different numbers of image tokens (their
+    preprocessing sized the same image differently): the times are then not comparable."""
+    for op in {op for e in out["engines"].values() for op in e["ops"] if op.startswith("vit")}:
+        counts = {e: r["ops"][op]["image_tokens"] for e, r in out["engines"].items()
+                  if "image_tokens" in r["ops"].get(op, {})}
+        if len(set(counts.values())) > 1:
+            log(f"{label}: the engines' {op} image tokens differ: {counts}")
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -171,8 +192,7 @@ def run_type(qtype: str, gguf: Path, checkpoint: Path, args: argparse.Namespace,
     try:
         workers = start_workers(engines, qtype, {e: checkpoint if e == "transformers" else gguf
                                                  for e in engines}, args, llama_py, label)
-        plan = {e: [op for op in args.ops if e != "llama-bench" or op[:2] in ("pp", "tg")]
-                for e in engines}
+        plan = {e: [op for op in args.ops if runs_op(e, op)] for e in engines}
         samples = alternate(workers, plan, args.runs, label)
         for engine in engines:
             mem = workers[engine].ask("mem")
@@ -184,11 +204,12 @@ def run_type(qtype: str, gguf: Path, checkpoint: Path, args: argparse.Namespace,
                 "rss_after_load_mib": hello["mem_after_load"]["VmRSS"] / 1024,
                 "peak_rss_mib": mem["VmHWM"] / 1024, "ops": ops,
                 # the vision file's resident pages (edgevlm maps the pair; llama-bench loads
-                # the text model only)
+                # the text model only; llama-mtmd reports its processes' peaks)
                 "mmproj_rss_mib": mem.get("RssMmproj", 0) / 1024}
     finally:
         for w in workers.values():
             w.close()
+    check_image_tokens(out, label)
     # speed ratios edgevlm / peer (> 1: edgevlm faster), pair by pair; "ratios_fast" for
     # edgevlm-fast
     for mine, key in (("edgevlm", "ratios"), ("edgevlm-fast", "ratios_fast")):

@@ -27,7 +27,7 @@ def markdown(report: dict[str, Any]) -> str:
              f"end. Medians of {meta['runs']} runs, engines alternating per measurement; "
              f"context {meta['ctx']}, prefill batch {meta['batch']}."
              + (" **Both engines pinned to the AVX2 code path** (edgevlm "
-                "EDGEVLM_MAX_CPU_ISA=avx2, llama-bench built with AVX2/FMA/F16C only)."
+                "EDGEVLM_MAX_CPU_ISA=avx2, llama.cpp's tools built with AVX2/FMA/F16C only)."
                 if meta.get("isa") == "avx2" else ""), ""]
     head = "| type | measurement |" + "".join(f" {o} |" for o in ours)
     rule = "|---|---|" + "---|" * len(ours)
@@ -75,10 +75,22 @@ def markdown(report: dict[str, Any]) -> str:
                   "edgevlm-fast: precision fast (llama.cpp's rounding of prefill/ViT "
                   "activations). Vision tower storage: "
                   + ", ".join(f"{t['type']} → {t['vision_type']}" for t in report["types"])
-                  + " (transformers: the bf16 checkpoint).", ""]
+                  + " (transformers: the bf16 checkpoint)." + _peer_notes(peers), ""]
     lines += stage_sections(report)
     lines += ["Versions: " + "; ".join(f"{k}: {v}" for k, v in report["versions"].items())]
     return "\n".join(lines) + "\n"
+
+
+def _peer_notes(peers: list[str]) -> str:
+    """How the peers that are llama.cpp's own tools were timed (their empty cells: the ops
+    they do not measure)."""
+    notes = {"llama-bench": " llama-bench: prefill and decode, a `llama-bench -r 1` process "
+                            "per measurement, its own `avg_ns`.",
+             "llama-mtmd": " llama-mtmd: the ViT only, a `llama-mtmd-cli -n 1` process per "
+                           "measurement on the same pair and image, its own \"mtmd batch "
+                           "encoding done in N ms\" (whole ms; load, image decoding, "
+                           "preprocessing and prefill excluded)."}
+    return "".join(notes[p] for p in peers if p in notes)
 
 
 def stage_sections(report: dict[str, Any]) -> list[str]:
@@ -144,7 +156,7 @@ def _plot_engine(report: dict[str, Any], path: Path, plt: Any) -> None:
     fig, axes = plt.subplots(1, len(ops), figsize=(3.3 * len(ops), 4.0), squeeze=False)
     width = 0.8 / len(engines)
     colors = {"edgevlm": "#1f77b4", "edgevlm-fast": "#9ecae1", "llama.cpp": "#ff7f0e",
-              "transformers": "#2ca02c"}
+              "llama-bench": "#d62728", "llama-mtmd": "#fdae6b", "transformers": "#2ca02c"}
     for ax, op in zip(axes[0], ops, strict=True):
         for k, engine in enumerate(engines):
             xs, vals = [], []

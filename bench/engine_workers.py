@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """The engine bench's worker process: loads one engine on one model and answers requests.
 
-    python bench/engine_workers.py --worker edgevlm|edgevlm-fast|llamacpp|llama-bench|transformers \
-        --gguf-dir DIR
-        --threads N --ctx N --batch N [--llama-bin DIR]
+    python bench/engine_workers.py --gguf-dir DIR --threads N --ctx N --batch N
+        --worker edgevlm|edgevlm-fast|llamacpp|llama-bench|llama-mtmd|transformers
+        [--llama-bin DIR]
 
 Started by :class:`engine_driver.WorkerProc` (edgevlm and transformers with the project's
 python, llama.cpp with the bench venv's). It answers one JSON request per line on stdin with
@@ -35,6 +35,7 @@ from engine_common import (
     ttft_image_jpeg,
 )
 from engine_llama_bench import LlamaBenchWorker
+from engine_llama_mtmd import LlamaMtmdWorker
 
 
 class _Worker:
@@ -521,7 +522,8 @@ class _TransformersWorker(_Worker):
 
 
 WORKERS = {"edgevlm": _EdgevlmWorker, "edgevlm-fast": _EdgevlmWorker, "llamacpp": _LlamaWorker,
-           "llama-bench": LlamaBenchWorker, "transformers": _TransformersWorker}
+           "llama-bench": LlamaBenchWorker, "llama-mtmd": LlamaMtmdWorker,
+           "transformers": _TransformersWorker}
 
 
 def worker_main(args: argparse.Namespace) -> int:
@@ -531,7 +533,8 @@ def worker_main(args: argparse.Namespace) -> int:
     sys.stdout = sys.stderr
     try:
         worker: _Worker = WORKERS[args.worker](args)
-        # a worker whose engine runs in child processes (llama-bench) reports their memory
+        # a worker whose engine runs in child processes (llama-bench, llama-mtmd) reports
+        # their memory
         hello = {"ok": True, "mem_after_load": rss_kib(), **worker.info()}  # type: ignore[attr-defined]
     except Exception as exc:  # reported to the parent, which decides
         proto.write(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}) + "\n")
@@ -557,7 +560,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, required=True)
     ap.add_argument("--ctx", type=int, required=True)
     ap.add_argument("--batch", type=int, required=True)
-    ap.add_argument("--llama-bin", default="", help="llama.cpp's tools (the llama-bench worker)")
+    ap.add_argument("--llama-bin", default="",
+                    help="llama.cpp's tools (the llama-bench and llama-mtmd workers)")
     return worker_main(ap.parse_args(argv))
 
 

@@ -91,3 +91,36 @@ def test_thread_scaling_table() -> None:
     assert "| ViT 64×64 (ms) | 2 | 56 | 1.80× |" in md
     assert stage_threads.default_threads(2) == [1, 2]
     assert stage_threads.default_threads(12) == [1, 2, 4, 8, 12]
+
+
+def test_llama_mtmd_gets_the_vit_ops_and_a_ratio_column() -> None:
+    ops = ["pp128", "tg64", "vit448"]
+    plan = {e: [op for op in ops if engine_driver.runs_op(e, op)]
+            for e in ("edgevlm", "llama-bench", "llama-mtmd")}
+    assert plan == {"edgevlm": ops, "llama-bench": ["pp128", "tg64"], "llama-mtmd": ["vit448"]}
+
+    def entry(ms: float, **kw: float) -> dict[str, float]:
+        return {"ms": ms, "runs_ms": [ms], **kw}
+
+    ours = {"pp128": entry(1000.0, tok_s=128.0), "tg64": entry(2000.0, tok_s=32.0),
+            "vit448": entry(1000.0, image_tokens=196)}
+    engines = {"edgevlm": ours,
+               "llama-bench": {"pp128": entry(2000.0, tok_s=64.0),
+                               "tg64": entry(1000.0, tok_s=64.0)},
+               "llama-mtmd": {"vit448": entry(1500.0, image_tokens=196)}}
+    t = {"type": "q4_0", "vision_type": "f16", "ratios_fast": {},
+         "engines": {e: {"ops": o, "rss_after_load_mib": 1.0, "peak_rss_mib": 2.0}
+                     for e, o in engines.items()}}
+    # run_type's ratios: the peer's time / edgevlm's (> 1: edgevlm faster), ms for the ViT too
+    t["ratios"] = {p: {op: engines[p][op]["ms"] / ours[op]["ms"] for op in engines[p]}
+                   for p in ("llama-bench", "llama-mtmd")}
+    report = {"meta": {"date": "2026-01-01 00:00", "runs": 1, "threads": 2, "ops": ops,
+                       "ctx": 1024, "batch": 512, "isa": "avx2", "loadavg_start": [0.1],
+                       "loadavg_end": [0.1]},
+              "machine": {"Model name": "cpu", "cores": 2}, "versions": {}, "types": [t]}
+    md = engine_report.markdown(report)
+    assert ("| type | measurement | edgevlm | llama-bench | edgevlm / llama-bench | llama-mtmd "
+            "| edgevlm / llama-mtmd |") in md
+    assert "| q4_0 | ViT 448×448 (ms), 196 tok | 1000 | — |  | 1500 | 1.50 |" in md
+    assert "| q4_0 | decode 64 (tok/s) | 32.0 | 64.0 | **0.50** | — |  |" in md
+    assert "llama-mtmd: the ViT only" in md
