@@ -128,6 +128,12 @@ int64_t edgevlm_model_prefault(const edgevlm_model *model);
  * thread of its own beside the tokenizer's construction and the first answer, so a text
  * answer right after a cold start follows the read and never waits for the vision tower. */
 int64_t edgevlm_model_prefault_file(const edgevlm_model *model, int which);
+/* Returns to the page cache both files' pages that hold only their metadata (the key/values
+ * before the tensor data; for Qwen's 151k-token tokenizer ~15 MiB of the text file), which
+ * loading read once and nothing needs after it: they leave the process's resident memory
+ * (madvise MADV_DONTNEED on the read-only private maps). A later metadata read maps them
+ * again. Thread-safe like the prefault calls, which leave these pages alone. */
+void edgevlm_model_release_metadata(const edgevlm_model *model);
 
 /* Metadata of the text file (which==0) or the mmproj file (which==1), by key.
  * Strings: copies at most buf_len bytes (NUL-terminated) and returns the full length, or -1

@@ -72,16 +72,39 @@ edgevlm_status edgevlm_model_load(const char *text_path, const char *mmproj_path
 #define MADV_POPULATE_READ 22   /* Linux 5.14; older kernels answer EINVAL */
 #endif
 
+/* The first page of a map's tensor data: the pages before it hold only metadata. */
+static size_t data_page(const gguf_file *f) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t off = f->data_offset < f->size ? (size_t)f->data_offset : f->size;
+    return off / page * page;
+}
+
+/* The tensor data's pages (the metadata's were read by the parser, and are released after
+ * the load: edgevlm_model_release_metadata). */
 static int64_t prefault_map(const gguf_file *f) {
     if (!f->base || !f->size) return 0;
-    if (madvise((void *)f->base, f->size, MADV_POPULATE_READ) != 0) {
+    const size_t start = data_page(f);
+    uint8_t *base = (uint8_t *)f->base + start;
+    const size_t len = f->size - start;
+    if (len && madvise(base, len, MADV_POPULATE_READ) != 0) {
         const size_t page = (size_t)sysconf(_SC_PAGESIZE);
-        const volatile uint8_t *p = (const volatile uint8_t *)f->base;
+        const volatile uint8_t *p = base;
         uint8_t sink = 0;
-        for (size_t off = 0; off < f->size; off += page) sink ^= p[off];
+        for (size_t off = 0; off < len; off += page) sink ^= p[off];
         (void)sink;
     }
     return (int64_t)f->size;
+}
+
+static void release_metadata(const gguf_file *f) {
+    const size_t end = f->base && f->owns_map ? data_page(f) : 0;
+    if (end) (void)madvise((void *)f->base, end, MADV_DONTNEED);   /* a hint: errors ignored */
+}
+
+void edgevlm_model_release_metadata(const edgevlm_model *model) {
+    if (!model) return;
+    release_metadata(&model->text);
+    if (model->info.has_vision) release_metadata(&model->vision);
 }
 
 int64_t edgevlm_model_prefault(const edgevlm_model *model) {

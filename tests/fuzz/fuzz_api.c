@@ -266,6 +266,8 @@ static void use_loaded(edgevlm_model *m, int vision) {
     edgevlm_model_prefault_file(m, 1);
     edgevlm_model_prefault_file(m, -1);
     edgevlm_model_prefault_file(NULL, 0);
+    edgevlm_model_release_metadata(m);
+    edgevlm_model_release_metadata(NULL);
     char small[8];
     edgevlm_model_meta_str(m, 0, "general.architecture", small, sizeof small);
     edgevlm_model_meta_arr_len(m, 0, "tokenizer.ggml.tokens");

@@ -123,3 +123,35 @@ def test_precision_selects_the_kernel_mode_and_refuses_unknown_names(
             == engine.generate(messages, max_tokens=3, temperature=0.0).tokens)
     with pytest.raises(ValueError, match="unknown precision 'turbo'; use one of exact, fast"):
         Engine.load(text, threads=1, context=64, precision="turbo")
+
+
+def _mapped_rss_kib(path: Path) -> int:
+    """Resident KiB of this process's maps of ``path`` (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5:  # a map's header line
+            inside = head[-1] == str(path)
+        elif inside and line.startswith("Rss:"):
+            total += int(head[1])
+    return total
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_released_metadata_leaves_the_resident_memory_and_reads_back_the_same(
+        model: str, engines: dict[str, Engine]) -> None:
+    """Engine.load returns the text file's metadata pages (the tokenizer's ~15 MiB in a
+    Qwen-sized file) to the page cache once it has read them; reading the metadata again
+    maps them again, with the same bytes."""
+    engine = engines[model]
+    key = "tokenizer.huggingface.json"
+    first = engine.model.meta_bytes(0, key)  # resident again
+    assert first and len(first) > 8 * 1024, "the test needs a tokenizer of some size"
+    text = engine.files.text.resolve()
+    before = _mapped_rss_kib(text)
+    engine.model.release_metadata()
+    after = _mapped_rss_kib(text)
+    assert before - after >= len(first) // 1024 - 8, (before, after, len(first))
+    assert engine.model.meta_bytes(0, key) == first
+    messages = [{"role": "user", "content": "Hello"}]
+    assert engine.generate(messages, max_tokens=2, temperature=0.0).tokens
