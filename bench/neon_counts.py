@@ -26,9 +26,11 @@ outputs go to ``--build-dir`` (``/tmp/edgevlm-neon-counts``). Needs ``aarch64-li
 (static libc included) and ``qemu-aarch64`` (``apt install gcc-aarch64-linux-gnu qemu-user``).
 The RK3588 projection printed after the table is ``bench/neon_counts/rk3588_projection.py``.
 
-Many-token products (``--prefill-types``, default q4_0,q8_0,f16): ``bench/neon_counts/prefill.c``
-runs one Y[T][M] = X[T][K] . W[M][K]^T product of ours (``ev_matmul`` on one thread: the NEON
-set's gemm_dq from 16 tokens on) and of what llama.cpp runs for it on an A76 without i8mm
+Many-token products (``--prefill-types``, default q4_0,q8_0,f16,q4_0-fast,q8_0-fast):
+``bench/neon_counts/prefill.c`` runs one Y[T][M] = X[T][K] . W[M][K]^T product of ours
+(``ev_matmul`` on one thread with the neon-dotprod set: Q4_0/Q8_0 through its SDOT gemm_q16x,
+the default precision, or with ``-fast`` the neon-dotprod-fast set's gemm_q8x; F16 through
+gemm_dq from 16 tokens on) and of what llama.cpp runs for it on an A76 without i8mm
 (Q4_0 / Q8_0: ``ggml_quantize_mat_q8_0_4x4`` + ``ggml_gemm_q{4,8}_0_4x4_q8_0`` on weights
 repacked at load; F16: ``llamafile_sgemm``, tinyBLAS on float32x4 with F16 weights), at four
 shapes (M1, T1) (M2, T1) (M1, T2) (M2, T2) for one K (``--prefill-shape 2048,16,32,48,96``),
@@ -86,10 +88,13 @@ TYPES: dict[str, float] = {
     "q5_K": 176 * 8 / 256, "q6_K": 210 * 8 / 256, "iq4_xs": 136 * 8 / 256,
 }
 # the many-token products' types, bits a weight
-PREFILL_TYPES: dict[str, float] = {"q4_0": 18 * 8 / 32, "q8_0": 34 * 8 / 32, "f16": 16.0}
+# (TYPE-fast: ours with the fast set, `precision: fast`, gemm_q8x; ggml the same as TYPE's)
+PREFILL_TYPES: dict[str, float] = {"q4_0": 18 * 8 / 32, "q8_0": 34 * 8 / 32, "f16": 16.0,
+                                   "q4_0-fast": 18 * 8 / 32, "q8_0-fast": 34 * 8 / 32}
 # what llama.cpp runs for each on an A76 without i8mm (prefill.c)
 PREFILL_GGML = {"q4_0": "ggml_gemm_q4_0_4x4_q8_0", "q8_0": "ggml_gemm_q8_0_4x4_q8_0",
-                "f16": "llamafile_sgemm (tinyBLAS<4, float32x4_t>)"}
+                "f16": "llamafile_sgemm (tinyBLAS<4, float32x4_t>)",
+                "q4_0-fast": "ggml_gemm_q4_0_4x4_q8_0", "q8_0-fast": "ggml_gemm_q8_0_4x4_q8_0"}
 # ggml-cpu's C++ flags in a Release build, and the C++ files prefill.c calls into
 GGML_CXXFLAGS = ["-std=c++17", "-O3", "-DNDEBUG"]
 GGML_CXX_SOURCES = ["arch/arm/repack.cpp", "llamafile/sgemm.cpp", "vec.cpp"]
@@ -400,7 +405,8 @@ def prefill_counts_markdown(results: list[PrefillResult]) -> str:
             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         o, g = r.ours, r.ggml
-        name = r.type.upper().replace("+FP16", f" (ggml {GGML_FP16_ARCH})")
+        name = r.type.upper().replace("+FP16", f" (ggml {GGML_FP16_ARCH})").replace(
+            "-FAST", ", ours fast")
         rows.append(
             f"| {name} | `{r.ggml_kernel}` | {o.per_weight_token:.3f} | "
             f"{g.per_weight_token:.3f} | {o.per_weight_token / g.per_weight_token:.2f} | "
@@ -419,7 +425,8 @@ def counts_markdown(results: list[TypeResult]) -> str:
             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         note = " (scalar fallback)" if r.ours_kernel != "neon" else ""
-        name = r.type.upper().replace("+FP16", f" (ggml {GGML_FP16_ARCH})")
+        name = r.type.upper().replace("+FP16", f" (ggml {GGML_FP16_ARCH})").replace(
+            "-FAST", ", ours fast")
         rows.append(
             f"| {name}{note} | {r.bits_per_weight:.4g} | {r.ours.per_256:.1f} | "
             f"{r.ggml.per_256:.1f} | {r.ours.per_256 / r.ggml.per_256:.2f} | "

@@ -4,13 +4,18 @@
  * i8mm, on identical random operands, bracketed by marker calls so that a qemu instruction
  * trace counts each product alone.
  *
- *     prefill TYPE K M1 M2 T1 T2     TYPE: q4_0 q8_0 f16; M multiples of 16, T of 4, T >= 16
+ *     prefill TYPE K M1 M2 T1 T2     TYPE: q4_0 q8_0 f16 q4_0-fast q8_0-fast; M multiples of
+ *                                    16, T of 4, T >= 16
  *     prefill f16 K M1 M2 1 1        F16 decode: one token
  *
- * Ours: ev_matmul on one thread (pool NULL) with the NEON set (ev_kernels_arm_neon()), the
- * entry point the decoder and the ViT call (linear.c); from EV_MATMUL_FLOAT_MIN_TOK tokens on
- * the NEON set runs gemm_dq (ev_neon_gemm_dq) for every type: weights dequantised to float
- * panels, float activations, float FMAs. Its own packing and dequantising are counted.
+ * Ours: ev_matmul on one thread (pool NULL) with the NEON set (ev_kernels_arm_neon(), the
+ * default precision; TYPE-fast: ev_kernels_arm_neon_fast(), `precision: fast`), the entry
+ * point the decoder and the ViT call (linear.c). From EV_MATMUL_INT_MIN_TOK tokens on the
+ * dotprod set multiplies Q4_0/Q8_0 weights on integer activations with SDOT
+ * (arm_neon_qgemm.c): gemm_q16x (int16 activations split into two byte planes, 2 SDOT
+ * chains a block) by default, gemm_q8x (Q8_0 activations, one chain) in the fast set; F16
+ * from EV_MATMUL_FLOAT_MIN_TOK tokens on runs gemm_dq (ev_neon_gemm_dq: weights dequantised
+ * to float panels, float FMAs). Its own quantising, packing and dequantising are counted.
  * llama.cpp (tools/llamacpp_tools.py's tree):
  *  - Q4_0 / Q8_0: the weights repacked at load (not counted; the harness repacks them as
  *    ggml's make_block_q4_0x4 / make_block_q8_0x4 with interleave 4, which
@@ -92,12 +97,13 @@ typedef struct nc_ctx {
     void *scratch;              /* ours: ev_matmul's; ggml: the quantised activations */
     float *y;                   /* [T2][M2] */
     ev_fp16 *xh;                /* F16: ggml's F16 copy of the activations [T2][K] */
+    const ev_kernels *kset;     /* ours: the NEON set, or its fast variant (TYPE-fast) */
 } nc_ctx;
 
 typedef void (*product_fn)(const nc_ctx *c, int64_t m, int64_t t);
 
 __attribute__((noipa)) static void ours(const nc_ctx *c, int64_t m, int64_t t) {
-    if (ev_matmul(NULL, ev_kernels_arm_neon(), c->type, c->w, NULL, m, c->k, c->x, t, c->y,
+    if (ev_matmul(NULL, c->kset, c->type, c->w, NULL, m, c->k, c->x, t, c->y,
                   c->scratch) != 0)
         abort();
 }
@@ -207,10 +213,10 @@ static void *repack_x4(int32_t type, const void *src, int64_t m, int64_t k) {
 }
 
 static int type_of(const char *name) {
-    return strcmp(name, "q4_0") == 0   ? EV_TYPE_Q4_0
-           : strcmp(name, "q8_0") == 0 ? EV_TYPE_Q8_0
-           : strcmp(name, "f16") == 0  ? EV_TYPE_F16
-                                       : -1;
+    return strcmp(name, "q4_0") == 0 || strcmp(name, "q4_0-fast") == 0   ? EV_TYPE_Q4_0
+           : strcmp(name, "q8_0") == 0 || strcmp(name, "q8_0-fast") == 0 ? EV_TYPE_Q8_0
+           : strcmp(name, "f16") == 0                                    ? EV_TYPE_F16
+                                                                         : -1;
 }
 
 int main(int argc, char **argv) {
@@ -222,16 +228,18 @@ int main(int argc, char **argv) {
     if (type < 0 || k < EV_QK || k % EV_GEMM_KC || m1 < 16 || m1 % 16 || m2 <= m1 || m2 % 16 ||
         (!decode && (t1 < EV_MATMUL_FLOAT_MIN_TOK || t1 % 4 || t2 <= t1 || t2 % 4))) {
         fprintf(stderr, "usage: %s q4_0|q8_0|f16 K M1 M2 T1 T2   (K a multiple of %d, M1 < M2 "
-                "multiples of 16, %d <= T1 < T2 multiples of 4; f16 with T1 = T2 = 1: decode)\n",
+                "multiples of 16, %d <= T1 < T2 multiples of 4; f16 with T1 = T2 = 1: decode;"
+                " q4_0-fast, q8_0-fast: the fast set)\n",
                 argv[0], EV_GEMM_KC, EV_MATMUL_FLOAT_MIN_TOK);
         return 2;
     }
-    const ev_kernels *kset = ev_kernels_arm_neon();
+    const int fast = strstr(argv[1], "-fast") != NULL;
+    const ev_kernels *kset = fast ? ev_kernels_arm_neon_fast() : ev_kernels_arm_neon();
     if (!kset) {
-        fprintf(stderr, "no NEON kernel set\n");
+        fprintf(stderr, "no NEON kernel set%s\n", fast ? " with dotprod" : "");
         return 2;
     }
-    nc_ctx c = {.type = type, .k = k};
+    nc_ctx c = {.type = type, .k = k, .kset = kset};
     c.w = make_weights(type, m2, k);
     c.w_ggml = type == EV_TYPE_F16 ? c.w : repack_x4(type, c.w, m2, k);
     float *x = malloc(sizeof(float) * (size_t)(t2 * k));

@@ -194,7 +194,19 @@ def projection_markdown(rows: list[dict[str, Any]], a: Assumptions) -> str:
 # ---- prefill and encode ------------------------------------------------------------------
 
 PREFILL_MIXES = {"Q8_0": "q8_0", "Q4_0": "q4_0", "F16": "f16",
-                 "F16, ggml +fp16": "f16+fp16"}
+                 "F16, ggml +fp16": "f16+fp16", "Q8_0, ours fast": "q8_0-fast",
+                 "Q4_0, ours fast": "q4_0-fast"}
+# ours' SDOT products of Q4_0/Q8_0 (arm_neon_qgemm.c): the activations are split once per
+# thread, token block and y block (Y_BLOCK_BYTES / (4 x TB) = 512 rows at the TB = 128-token
+# blocks), the weights packed once per token block of TB tokens; gemm_dq (F16): once per
+# EV_GEMM_NC rows, the weights once per call
+OURS_SDOT_TYPES = ("q4_0", "q8_0", "q4_0-fast", "q8_0-fast")
+SDOT_TOKEN_BLOCK, SDOT_Y_BLOCK_ROWS = 128, 512
+
+
+def base_type(wtype: str) -> str:
+    """The weight type of a measured product's name ("q8_0-fast", "f16+fp16" -> the type)."""
+    return wtype.split("+")[0].removesuffix("-fast")
 
 
 def layer_matrices(a: Assumptions) -> list[tuple[int, int]]:
@@ -212,17 +224,19 @@ def ours_packs(rows: int, threads: int, nc: int) -> int:
 
 
 def product_instructions(f: PerWeightToken, rows: int, cols: int, tokens: int, packs: int,
-                         calls: int) -> float:
+                         calls: int, weight_packs: int = 1) -> float:
     """One many-token product's instructions from its fitted costs."""
-    return (f.per_weight_token * rows * cols * tokens + f.per_weight * rows * cols
+    return (f.per_weight_token * rows * cols * tokens + f.per_weight * rows * cols * weight_packs
             + f.per_token_column * cols * tokens * packs + f.per_call * calls)
 
 
 def batch_instructions(f: PerWeightToken, shapes: list[tuple[int, int, int]], a: Assumptions,
-                       ours: bool) -> float:
+                       ours: bool, wtype: str = "") -> float:
     """The products (rows, columns, tokens) of one batch, on a.cores threads."""
-    return sum(product_instructions(f, r, c, t,
-                                    ours_packs(r, a.cores, a.gemm_nc) if ours else 1, a.cores)
+    sdot = ours and wtype in OURS_SDOT_TYPES
+    nc = SDOT_Y_BLOCK_ROWS if sdot else a.gemm_nc
+    return sum(product_instructions(f, r, c, t, ours_packs(r, a.cores, nc) if ours else 1,
+                                    a.cores, math.ceil(t / SDOT_TOKEN_BLOCK) if sdot else 1)
                for r, c, t in shapes)
 
 
@@ -232,10 +246,10 @@ def bounds_row(fits: Mapping[str, tuple[PerWeightToken, PerWeightToken]], wtype:
     (cores x clock x IPC) or bandwidth-bound (every weight byte read once), the slower."""
     weights = sum(r * c for r, c, _ in shapes)
     row: dict[str, Any] = {"weights": weights,
-                           "bytes": BYTES_PER_WEIGHT[wtype.split("+")[0]] * weights}
+                           "bytes": BYTES_PER_WEIGHT[base_type(wtype)] * weights}
     row["bw_s"] = row["bytes"] / (a.bandwidth_gbs * 1e9)
     for who, side in (("ours", 0), ("ggml", 1)):
-        instr = batch_instructions(fits[wtype][side], shapes, a, ours=side == 0)
+        instr = batch_instructions(fits[wtype][side], shapes, a, ours=side == 0, wtype=wtype)
         row[f"{who}_instr"] = instr
         row[f"{who}_compute_s"] = instr / (a.cores * a.ghz * 1e9 * a.ipc)
         row[f"{who}_s"] = max(row[f"{who}_compute_s"], row["bw_s"])
@@ -277,7 +291,8 @@ def attention_macs(v: Vision) -> int:
     return v.depth * 2 * v.patches * v.patches * v.hidden
 
 
-ENCODE_TYPES = {"F16": "f16", "F16, ggml +fp16": "f16+fp16", "Q8_0": "q8_0"}
+ENCODE_TYPES = {"F16": "f16", "F16, ggml +fp16": "f16+fp16", "Q8_0": "q8_0",
+                "Q8_0, ours fast": "q8_0-fast"}
 
 
 def project_encode(fits: Mapping[str, tuple[PerWeightToken, PerWeightToken]], a: Assumptions,
@@ -309,8 +324,11 @@ def prefill_markdown(rows: list[dict[str, Any]], a: Assumptions) -> str:
         "token's logits only), attention over the prompt, norms, RoPE, SiLU left out;",
         "- instructions = per weight x token x weights x tokens + per weight x weights + per "
         "token x column x columns x tokens x packings + per call x threads, from the fitted "
-        "counts above (ours packs the activations once per thread and 1024 rows; ggml quantises "
-        "them once per product, F16 none);",
+        "counts above (ours: F16's gemm_dq packs the activations once per thread and 1024 "
+        "rows, the Q4_0/Q8_0 SDOT products split them once per thread, 128-token block and "
+        "512 rows and pack the weights once per 128-token block; ggml quantises them once per "
+        "product, F16 none; \"ours fast\": the neon-dotprod-fast set's gemm_q8x, ggml as "
+        "above);",
         f"- compute bound: {a.cores} cores x {a.ghz:g} GHz x IPC {a.ipc:g}, perfect scaling; "
         f"bandwidth bound: the weights read once per batch at {a.bandwidth_gbs:g} GB/s.",
     ]
@@ -344,7 +362,8 @@ def encode_markdown(rows: list[dict[str, Any]], a: Assumptions, v: Vision) -> st
         f"- left out: the attention ({attention_macs(v) / 1e9:.0f} G multiply-adds more, "
         f"+{100 * attention_macs(v) / macs:.0f} %, ours through sgemm_f32), LayerNorms, GELU, "
         "the position embeddings and the 2D RoPE;",
-        "- the same per weight x token counts as the text prefill (Q8_0: ours gemm_dq, ggml "
+        "- the same per weight x token counts as the text prefill (Q8_0: ours the SDOT "
+        "gemm_q16x, fast gemm_q8x, ggml "
         "the q8_0_4x4 repack, if the projector's weights are loaded into the repacking buffer).",
     ]
     return "\n".join(lines)

@@ -14,6 +14,11 @@
  *     of 32 with their sums, in the fast sets; else gemm_q16x, int16 blocks with each block's
  *     sum for the mins), IQ4_XS (likewise, gemm_q16x without sums) or Q6_K (gemm_q16x), or
  *     a bf16 product for BF16 weights (gemm_bf16x).
+ *     The sets with integer products: AVX2 (gemm_q16x of Q8_0/Q4_0, vpmaddwd), AVX-512
+ *     (gemm_q16x of Q8_0/Q4_0/Q4_K/Q5_K/IQ4_XS/Q6_K, VNNI) and its fast variant (+ gemm_q8x,
+ *     gemm_bf16x), neon-dotprod (gemm_q16x of Q8_0/Q4_0, SDOT on the int16 activations'
+ *     two byte planes, arm_neon_qgemm.c) and neon-dotprod-fast (+ gemm_q8x of Q8_0/Q4_0);
+ *     scalar and plain neon have none (gemm_dq from EV_MATMUL_FLOAT_MIN_TOK tokens on).
  *  2. The pool splits the output rows into one contiguous chunk per thread, in multiples of
  *     16 rows (64 bytes of every output row: no two threads write one cache line when n_out is
  *     a multiple of 16). Each thread streams its weight rows once per token block.
@@ -81,7 +86,8 @@ static void quantize_tokens(void *ctx, int64_t t0, int64_t t1, int tid) {
         if (!j->xq_sum) continue;
         for (int64_t b = 0; b < nb; b++) {
             int32_t s[2] = {0, 0};   /* columns 0..15, 16..31: |s| <= 16 x 127 */
-            for (int i = 0; i < EV_QK; i++) s[i / 16] += q[b].qs[i];
+            for (int i = 0; i < EV_QK / 2; i++) s[0] += q[b].qs[i];   /* two loops that */
+            for (int i = EV_QK / 2; i < EV_QK; i++) s[1] += q[b].qs[i];  /* vectorise */
             j->xq_sum[t * nb + b] = j->half_sums ? (int32_t)((uint32_t)(uint16_t)s[0] |
                                                              ((uint32_t)(uint16_t)s[1] << 16))
                                                  : s[0] + s[1];

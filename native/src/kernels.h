@@ -3,8 +3,8 @@
  * weights, and the row operations of the transformer.
  *
  * Kernel sets: the scalar reference (always compiled, plain C) and the SIMD sets (AVX2/FMA/F16C
- * and AVX-512 VNNI on x86-64, NEON + dotprod on aarch64); the best the CPU runs is chosen at
- * run time.
+ * and AVX-512 VNNI on x86-64, NEON + dotprod on aarch64, each with a "fast" variant where it
+ * has one: avx512-*-fast, neon-dotprod-fast); the best the CPU runs is chosen at run time.
  * Tests run both and compare. Weight matrices are ggml rows: W[n_out][n_in] in the weight's
  * type, exactly as they lie in the GGUF map.
  */
@@ -115,7 +115,8 @@ typedef struct ev_kernels {
     /* Many-token products of Q8_0/Q4_0 (gemm_q16x also Q4_K/Q5_K/IQ4_XS/Q6_K, gemm_q8x also
      * Q4_K/Q5_K/IQ4_XS/Q6_K) weights on
      * integer activations, where the CPU has integer dot products that outrun float FMAs
-     * (AVX-512 VNNI; AVX2's vpmaddwd on int16, gemm_q16x of Q8_0/Q4_0); ev_matmul prefers them to gemm_dq from EV_MATMUL_INT_MIN_TOK tokens on
+     * (AVX-512 VNNI; AVX2's vpmaddwd on int16, gemm_q16x of Q8_0/Q4_0; aarch64 SDOT, gemm_q16x
+     * and in the fast set gemm_q8x of Q8_0/Q4_0); ev_matmul prefers them to gemm_dq from EV_MATMUL_INT_MIN_TOK tokens on
      * (Q4_K/Q5_K/IQ4_XS/Q6_K: EV_MATMUL_INT_MIN_TOK_K; pack:
      * this thread's EV_GEMM_PACK_FLOATS buffer). NULL: gemm_dq.
      *  gemm_q16x: x = [n_tok][n_in/32][32] int16 from quantize_i16, x_scale their scales
@@ -179,6 +180,7 @@ const ev_kernels *ev_kernels_x86_avx512_fast(void);  /* that + the "fast" kernel
 #if defined(__aarch64__)
 const ev_kernels *ev_kernels_arm_neon(void);    /* NEON, with SDOT when the CPU has dotprod */
 const ev_kernels *ev_kernels_arm_neon_plain(void);  /* NEON without SDOT (tests, old cores) */
+const ev_kernels *ev_kernels_arm_neon_fast(void);   /* the dotprod set + gemm_q8x, or NULL */
 #endif
 
 /* Y[n_tok][n_out] = X[n_tok][n_in] . W[n_out][n_in]^T (+ bias[n_out] if bias != NULL).

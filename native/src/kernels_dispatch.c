@@ -39,6 +39,9 @@ const ev_kernels *ev_kernels_fast(void) {
     const ev_kernels *k = isa_capped_to("avx2") || isa_capped_to("scalar")
                               ? NULL : ev_kernels_x86_avx512_fast();
     if (k) return k;
+#elif defined(__aarch64__)
+    const ev_kernels *k = isa_capped_to("scalar") ? NULL : ev_kernels_arm_neon_fast();
+    if (k) return k;
 #endif
     return ev_kernels_best();
 }

@@ -15,7 +15,8 @@ static inline int tu_add_simd_sets(const ev_kernels *out[MAX_SETS], int n) {
     const ev_kernels *cand[] = {ev_kernels_x86_avx2(), ev_kernels_x86_avx512(),
                                 ev_kernels_x86_avx512_fast()};
 #elif defined(__aarch64__)
-    const ev_kernels *cand[] = {ev_kernels_arm_neon_plain(), ev_kernels_arm_neon()};
+    const ev_kernels *cand[] = {ev_kernels_arm_neon_plain(), ev_kernels_arm_neon(),
+                                ev_kernels_arm_neon_fast()};
 #else
     const ev_kernels *cand[] = {NULL};
 #endif

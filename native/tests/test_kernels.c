@@ -415,34 +415,36 @@ static void test_matmul_against_double_reference(void) {
     ev_pool_free(pools[1]);
 }
 
-/* The AVX2 set's gemm_q16x (x86_avx2_qgemm.c: panels of 16 rows, K chunks of 16 blocks, tiles
- * of 2 row groups x 6 tokens) called directly on ragged shapes: rows not a multiple of 8 or
- * 16 (and a thread's sub-range [r0, r1) starting inside a panel), 1..40 tokens (every tile
- * width and remainder), K of 1..33 blocks (chunk tails), with and without bias; random
- * weights and, for one shape, the extremes (Q4_0 nibbles 0 / Q8_0 -128 and +127 against
- * activations at +-amax, so int16 products and int32 block sums are at their largest). The
- * reference: double sums of the dequantised weights times the int16 activations x d. Also
- * its quantize_i16 against round_i16 bit for bit (and the AVX-512 one, where it runs). */
-static void test_avx2_q16x_ragged(void) {
-#if defined(__x86_64__)
-    const ev_kernels *k = ev_kernels_x86_avx2();
-    if (!k) return;
-    CHECK(k->quantize_i16 != NULL);
+/* A kernel set's gemm_q16x (q8x = 0) or gemm_q8x (q8x = 1) of Q4_0 and Q8_0 weights called
+ * directly on ragged shapes: rows not a multiple of the panels (AVX2: 16 rows, tiles of 2
+ * groups of 8; NEON: 4 rows) and a thread's sub-range [r0, r1) starting inside a panel, 1..40
+ * tokens (every tile width and remainder), K of 1..33 blocks (chunk tails), with and without
+ * bias; random weights and, for one shape, the extremes (Q4_0 nibbles 0 / Q8_0 -128 and +127
+ * against activations at +-amax, so the products and int32 block sums are at their
+ * largest). The reference: double sums of the dequantised weights times the integer
+ * activations x d (q16x: k's quantize_i16, checked against round_i16 bit for bit; q8x: the
+ * Q8_0 blocks of k's quantize_q8_0, with their sums in x_sum). Returns the runs. */
+static int int_gemm_ragged(const char *label, const ev_kernels *k, int q8x) {
+    CHECK(q8x ? k->quantize_q8_0 != NULL : k->quantize_i16 != NULL);
     const int32_t types[] = {EV_TYPE_Q4_0, EV_TYPE_Q8_0};
     const int64_t rows_list[] = {1, 7, 8, 9, 15, 16, 17, 23, 33, 41};
     const int64_t nb_list[] = {1, 15, 16, 17, 33};
     enum { MAX_TOK = 40, MAX_ROWS = 41, MAX_NB = 33 };
     float *pack = aligned_alloc(64, sizeof(float) * EV_GEMM_PACK_FLOATS);
     float *x = malloc(sizeof(float) * MAX_TOK * MAX_NB * 32), *xf = malloc(sizeof(float) * MAX_NB * 32);
-    int16_t *x16 = malloc(sizeof(int16_t) * MAX_TOK * MAX_NB * 32);
+    int16_t *x16 = malloc(sizeof(int16_t) * MAX_TOK * MAX_NB * 32);   /* [tok][n_in] q16x */
+    ev_block_q8_0 *x8 = malloc(sizeof(ev_block_q8_0) * MAX_TOK * MAX_NB);  /* [tok][nb] q8x */
     float *xd = malloc(sizeof(float) * MAX_TOK * MAX_NB), *wf = malloc(sizeof(float) * MAX_NB * 32);
+    int32_t *xs = malloc(sizeof(int32_t) * MAX_TOK * MAX_NB);   /* q8x: each block's sum */
     float *y = malloc(sizeof(float) * MAX_TOK * MAX_ROWS), *bias = malloc(sizeof(float) * MAX_ROWS);
     uint8_t *w = malloc((size_t)ev_row_bytes(EV_TYPE_Q8_0, MAX_NB * 32) * MAX_ROWS);
     double *ref = malloc(sizeof(double) * MAX_TOK * MAX_ROWS), *mag = malloc(sizeof(double) * MAX_TOK * MAX_ROWS);
     int runs = 0;
     for (int ti = 0; ti < 2; ti++) {
         const int32_t type = types[ti];
-        CHECK(k->gemm_q16x[type] != NULL);
+        const ev_gemm_fn gemm = q8x ? k->gemm_q8x[type] : k->gemm_q16x[type];
+        CHECK(gemm != NULL);
+        if (!gemm) continue;
         for (size_t ri = 0; ri < sizeof rows_list / sizeof rows_list[0]; ri++) {
             for (size_t bi = 0; bi < sizeof nb_list / sizeof nb_list[0]; bi++) {
                 const int64_t n_out = rows_list[ri], nb = nb_list[bi], n_in = nb * 32;
@@ -463,16 +465,25 @@ static void test_avx2_q16x_ragged(void) {
                     fill(x, n_tok * n_in, 3.0f);
                     if (extremes)
                         for (int64_t i = 0; i < n_tok * n_in; i++) x[i] = (i / 32 + i) & 1 ? 2.5f : -2.5f;
-                    for (int64_t t = 0; t < n_tok; t++) {
+                    for (int64_t t = 0; t < n_tok && !q8x; t++) {
                         k->quantize_i16(x + t * n_in, x16 + t * n_in, xd + t * nb, n_in);
                         round_i16(x + t * n_in, xf, n_in);
                         for (int64_t i = 0; i < n_in; i++) {
                             const float got = (float)x16[t * n_in + i] * xd[t * nb + i / 32];
                             if (got != xf[i]) {
-                                CHECK_MSG(0, "avx2 quantize_i16 x[%lld][%lld]: %.9g, want %.9g",
-                                          (long long)t, (long long)i, got, xf[i]);
+                                CHECK_MSG(0, "%s quantize_i16 x[%lld][%lld]: %.9g, want %.9g",
+                                          label, (long long)t, (long long)i, got, xf[i]);
                                 break;
                             }
+                        }
+                    }
+                    for (int64_t t = 0; t < n_tok && q8x; t++) {
+                        k->quantize_q8_0(x + t * n_in, x8 + t * nb, n_in);
+                        for (int64_t b = 0; b < nb; b++) {
+                            int32_t s = 0;
+                            for (int i = 0; i < 32; i++) s += x8[t * nb + b].qs[i];
+                            xs[t * nb + b] = s;
+                            xd[t * nb + b] = ev_fp16_to_f32(x8[t * nb + b].d);
                         }
                     }
                     for (int64_t r = 0; r < n_out; r++) {
@@ -480,7 +491,8 @@ static void test_avx2_q16x_ragged(void) {
                         for (int64_t t = 0; t < n_tok; t++) {
                             double v = 0.0, m = 0.0;
                             for (int64_t i = 0; i < n_in; i++) {
-                                const double p = (double)wf[i] * x16[t * n_in + i] * xd[t * nb + i / 32];
+                                const double q = q8x ? x8[t * nb + i / 32].qs[i % 32] : x16[t * n_in + i];
+                                const double p = (double)wf[i] * q * xd[t * nb + i / 32];
                                 v += p;
                                 m += fabs(p);
                             }
@@ -493,12 +505,19 @@ static void test_avx2_q16x_ragged(void) {
                      * enough rows, the rest [0, r0) as another call */
                     const int64_t r0 = n_out > 9 ? 5 : 0;
                     for (int64_t i = 0; i < n_tok * n_out; i++) y[i] = NAN;
-                    ev_gemm_args a = {.w = w, .w_stride = rb, .x = (const uint8_t *)x16,
-                                      .x_stride = n_in * 2, .x_scale = xd, .x_sum = NULL,
+                    ev_gemm_args a = {.w = w, .w_stride = rb, .x_scale = xd,
                                       .bias = with_bias ? bias : NULL, .y = y, .n_out = n_out,
                                       .n_in = n_in, .n_tok = n_tok, .w_type = type, .pack = pack};
-                    k->gemm_q16x[type](&a, r0, n_out);
-                    if (r0 > 0) k->gemm_q16x[type](&a, 0, r0);
+                    if (q8x) {
+                        a.x = (const uint8_t *)x8;
+                        a.x_stride = nb * (int64_t)sizeof(ev_block_q8_0);
+                        a.x_sum = xs;
+                    } else {
+                        a.x = (const uint8_t *)x16;
+                        a.x_stride = n_in * 2;
+                    }
+                    gemm(&a, r0, n_out);
+                    if (r0 > 0) gemm(&a, 0, r0);
                     int bad = 0;
                     for (int64_t t = 0; t < n_tok; t++)
                         for (int64_t r = 0; r < n_out; r++) {
@@ -509,30 +528,61 @@ static void test_avx2_q16x_ragged(void) {
                                 fprintf(stderr, "  y[%lld][%lld] = %.9g, want %.9g\n", (long long)t,
                                         (long long)r, got, want);
                         }
-                    CHECK_MSG(bad == 0, "avx2 gemm_q16x %s %lldx%lld n_tok=%lld bias=%d%s: %d off",
-                              ev_type_get(type)->name, (long long)n_out, (long long)n_in,
-                              (long long)n_tok, with_bias, extremes ? " (extremes)" : "", bad);
+                    CHECK_MSG(bad == 0, "%s %s %s %lldx%lld n_tok=%lld bias=%d%s: %d off", label,
+                              q8x ? "gemm_q8x" : "gemm_q16x", ev_type_get(type)->name,
+                              (long long)n_out, (long long)n_in, (long long)n_tok, with_bias,
+                              extremes ? " (extremes)" : "", bad);
                     runs++;
                 }
             }
         }
     }
-    CHECK(runs > 1000);
+    free(pack); free(x); free(xf); free(x16); free(x8); free(xd); free(wf); free(xs); free(y);
+    free(bias); free(w); free(ref); free(mag);
+    return runs;
+}
+
+/* The AVX2 set's gemm_q16x (x86_avx2_qgemm.c: panels of 16 rows, K chunks of 16 blocks, tiles
+ * of 2 row groups x 6 tokens) on ragged shapes (int_gemm_ragged); its quantize_i16 against
+ * the AVX-512 one, where that runs, bit for bit. */
+static void test_avx2_q16x_ragged(void) {
+#if defined(__x86_64__)
+    const ev_kernels *k = ev_kernels_x86_avx2();
+    if (!k) return;
+    CHECK(int_gemm_ragged("avx2", k, 0) > 1000);
     /* the AVX-512 set's quantize_i16, where it runs, rounds alike */
     const ev_kernels *best = ev_kernels_best();
     if (best->quantize_i16 && best->quantize_i16 != k->quantize_i16) {
-        fill(x, MAX_TOK * MAX_NB * 32, 4.0f);
-        int16_t *q2 = malloc(sizeof(int16_t) * MAX_TOK * MAX_NB * 32);
-        float *d2 = malloc(sizeof(float) * MAX_TOK * MAX_NB);
-        k->quantize_i16(x, x16, xd, MAX_TOK * MAX_NB * 32);
-        best->quantize_i16(x, q2, d2, MAX_TOK * MAX_NB * 32);
-        CHECK(memcmp(x16, q2, sizeof(int16_t) * MAX_TOK * MAX_NB * 32) == 0);
-        CHECK(memcmp(xd, d2, sizeof(float) * MAX_TOK * MAX_NB) == 0);
-        free(q2);
-        free(d2);
+        enum { N = 40 * 33 * 32 };
+        float *x = malloc(sizeof(float) * N), *xd = malloc(sizeof(float) * N / 32);
+        float *d2 = malloc(sizeof(float) * N / 32);
+        int16_t *x16 = malloc(sizeof(int16_t) * N), *q2 = malloc(sizeof(int16_t) * N);
+        fill(x, N, 4.0f);
+        k->quantize_i16(x, x16, xd, N);
+        best->quantize_i16(x, q2, d2, N);
+        CHECK(memcmp(x16, q2, sizeof(int16_t) * N) == 0);
+        CHECK(memcmp(xd, d2, sizeof(float) * N / 32) == 0);
+        free(x); free(xd); free(d2); free(x16); free(q2);
     }
-    free(pack); free(x); free(xf); free(x16); free(xd); free(wf); free(y); free(bias); free(w);
-    free(ref); free(mag);
+#endif
+}
+
+/* The NEON dotprod set's SDOT products (arm_neon_qgemm.c: panels of 4 rows, K chunks of 16
+ * blocks, tiles of 4 rows x 1..4 tokens): gemm_q16x (the byte split of the int16
+ * activations) in the default set, gemm_q8x in the fast set, on ragged shapes
+ * (int_gemm_ragged); and which sets have them. */
+static void test_neon_int_ragged(void) {
+#if defined(__aarch64__)
+    const ev_kernels *k = ev_kernels_arm_neon(), *fast = ev_kernels_arm_neon_fast();
+    if (!fast) {   /* no dotprod: no integer products */
+        CHECK(k->gemm_q16x[EV_TYPE_Q8_0] == NULL && k->gemm_q8x[EV_TYPE_Q8_0] == NULL);
+        return;
+    }
+    CHECK(ev_kernels_fast() == fast && ev_kernels_best() == k);
+    CHECK(k->gemm_q8x[EV_TYPE_Q8_0] == NULL && k->gemm_q8x[EV_TYPE_Q4_0] == NULL);
+    CHECK(ev_kernels_arm_neon_plain()->gemm_q16x[EV_TYPE_Q8_0] == NULL);
+    CHECK(int_gemm_ragged("neon-dotprod", k, 0) > 1000);
+    CHECK(int_gemm_ragged("neon-dotprod-fast", fast, 1) > 1000);
 #endif
 }
 
@@ -745,6 +795,7 @@ int main(void) {
     test_matmul_against_double_reference();
     test_q4_decode_extremes();
     test_avx2_q16x_ragged();
+    test_neon_int_ragged();
     test_matmul_sets_agree_and_null_pool();
     test_rmsnorm_closed_form();
     test_layernorm_closed_form();

@@ -7,6 +7,10 @@
  * are two templates (arm_neon_q.h: Q8_0/Q4_0, arm_neon_k.h: the K-quant dots against Q8_K)
  * instantiated twice; the dotprod copy is compiled under `#pragma GCC target`, so a baseline
  * armv8-a build still contains it and the CPU check decides at run time.
+ * The dotprod set also multiplies many tokens of Q8_0/Q4_0 weights on integer activations
+ * (arm_neon_qgemm.c: gemm_q16x, exact int16 activations split into two SDOT byte planes), and
+ * its "fast" variant "neon-dotprod-fast" adds gemm_q8x (Q8_0 activations, llama.cpp's
+ * rounding); the plain set has gemm_dq only.
  * Reference: kernels_scalar.c. Float sums are reordered (4 lanes, several accumulators).
  */
 #if defined(__aarch64__)
@@ -18,6 +22,7 @@
 
 #include "../kernels.h"
 #include "arm_neon_kquants.h"
+#include "arm_neon_qgemm.h"
 #include "arm_neon_sgemm.h"
 #include "arm_neon_vit.h"
 
@@ -283,8 +288,19 @@ static void gemm_bf16(const ev_gemm_args *a, int64_t r0, int64_t r1) {
 /* what the two sets implement; the rest is the scalar set's (ev_kernels_derive) */
 static const ev_kernels NEON_PLAIN_OWN = NEON_SET("neon", plain);
 static const ev_kernels NEON_DOTPROD_OWN = NEON_SET("neon-dotprod", dot);
+/* the dotprod set's integer many-token products of Q8_0/Q4_0 (arm_neon_qgemm.c): gemm_q16x,
+ * the default "exact" precision, in it; gemm_q8x, llama.cpp's rounding, only in its "fast"
+ * variant (every other entry the dotprod set's) */
+static const ev_kernels NEON_DOTPROD_INT_OWN = {
+    .gemm_q16x = {[EV_TYPE_Q8_0] = ev_neon_gemm_q16x_q8_0, [EV_TYPE_Q4_0] = ev_neon_gemm_q16x_q4_0},
+    .quantize_i16 = ev_neon_quantize_i16,
+};
+static const ev_kernels NEON_DOTPROD_FAST_OWN = {
+    .name = "neon-dotprod-fast",
+    .gemm_q8x = {[EV_TYPE_Q8_0] = ev_neon_gemm_q8x_q8_0, [EV_TYPE_Q4_0] = ev_neon_gemm_q8x_q4_0},
+};
 
-static ev_kernels NEON_PLAIN, NEON_DOTPROD;
+static ev_kernels NEON_PLAIN, NEON_DOTPROD, NEON_DOTPROD_FAST;
 static pthread_once_t built = PTHREAD_ONCE_INIT;
 
 /* the sets' own kernels, and gemm_dq (dequantising through the type table) for every type */
@@ -295,11 +311,23 @@ static void build(void) {
         NEON_PLAIN.gemm_dq[ev_type_at(i)->type] = ev_neon_gemm_dq;
         NEON_DOTPROD.gemm_dq[ev_type_at(i)->type] = ev_neon_gemm_dq;
     }
+    ev_kernels base = NEON_DOTPROD;
+    ev_kernels_derive(&NEON_DOTPROD, &base, &NEON_DOTPROD_INT_OWN);
+    ev_kernels_derive(&NEON_DOTPROD_FAST, &NEON_DOTPROD, &NEON_DOTPROD_FAST_OWN);
+}
+
+static int has_dotprod(void) {
+    return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
 }
 
 const ev_kernels *ev_kernels_arm_neon(void) {
     pthread_once(&built, build);
-    return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) ? &NEON_DOTPROD : &NEON_PLAIN;
+    return has_dotprod() ? &NEON_DOTPROD : &NEON_PLAIN;
+}
+
+const ev_kernels *ev_kernels_arm_neon_fast(void) {
+    pthread_once(&built, build);
+    return has_dotprod() ? &NEON_DOTPROD_FAST : NULL;
 }
 
 const ev_kernels *ev_kernels_arm_neon_plain(void) {
