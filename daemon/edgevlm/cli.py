@@ -187,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "4096)")
     p.add_argument("--precision", choices=["exact", "fast"], default="exact",
                    help="prefill/vision arithmetic: exact (default) or fast (llama.cpp's "
-                   "rounding of activations, faster on AVX-512)")
+                   "rounding of activations, faster on AVX-512 and ARM dot-product)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--logits-out", metavar="FILE.npy",
                    help="write float32 [steps, vocab] logits of every generated step")

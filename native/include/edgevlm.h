@@ -49,8 +49,9 @@ typedef enum edgevlm_kernel_mode {
     EDGEVLM_KERNELS_SCALAR = 1,    /* the scalar reference kernels (for tests) */
     EDGEVLM_KERNELS_FAST = 2       /* BEST, but many-token products (prefill, the ViT) round
                                       their activations as llama.cpp does where that is faster
-                                      (AVX-512: Q8_0 for Q8_0/Q4_0 weights, bf16 for BF16);
-                                      the same as BEST elsewhere */
+                                      (AVX-512: Q8_0 for Q8_0/Q4_0 weights, bf16 for BF16;
+                                      ARM dot-product: Q8_0 for Q8_0/Q4_0); the same as BEST
+                                      elsewhere */
 } edgevlm_kernel_mode;
 
 typedef struct edgevlm_model edgevlm_model;

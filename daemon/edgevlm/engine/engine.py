@@ -88,8 +88,8 @@ def _normalise_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, An
 
 # Arithmetic of the many-token products (prefill, the vision tower) -> the kernel mode.
 # exact: within ~1e-5 of float32 (the default); fast: activations rounded as llama.cpp does
-# (Q8_0 for Q8_0/Q4_0 weights, bf16 for BF16) where the CPU makes that faster (AVX-512),
-# ~1.5-2x the prefill speed there; decode is the same in both.
+# (Q8_0 for Q8_0/Q4_0 weights, bf16 for BF16) where the CPU makes that faster (AVX-512;
+# ARM dot-product for Q8_0/Q4_0), ~1.5-2x the prefill speed there; decode is the same in both.
 PRECISIONS = {"exact": "best", "fast": "fast"}
 
 
