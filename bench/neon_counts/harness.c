@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "nc_common.h"
 #include "types.h"
 
 /* llama.cpp's dot products (ggml-cpu/quants.h), declared here so that no ggml header meets
@@ -84,8 +85,6 @@ static const nc_type TYPES[] = {
 /* The two markers: the driver finds their addresses with nm and counts the trace lines from
  * the first instruction of begin to the first of end. noipa: never inlined, cloned or folded
  * into one another. */
-__attribute__((noipa)) void nc_region_begin(void) { __asm__ volatile("nop"); }
-__attribute__((noipa)) void nc_region_end(void) { __asm__ volatile("nop\n\tnop"); }
 
 /* One call between the markers; the same instructions around the call whatever n is (each
  * region's count differs from another's by the dot product alone). */
@@ -109,20 +108,7 @@ __attribute__((noipa)) static void nc_empty_ours(int64_t n, float *out, const vo
 __attribute__((noipa)) static void nc_empty_ggml(int n, float *s, size_t bs, const void *vx,
                                                  size_t bx, const void *vy, size_t by, int nrc) {}
 
-/* exactly 3 instructions an iteration (add, subs, b.ne) */
-__attribute__((noipa)) void nc_known_loop(uint64_t n) {
-    uint64_t acc = 0;
-    __asm__ volatile("1:\n\tadd %0, %0, #1\n\tsubs %1, %1, #1\n\tb.ne 1b"
-                     : "+r"(acc), "+r"(n) : : "cc");
-}
 
-static uint64_t rng = 0x9e3779b97f4a7c15u;
-static uint64_t next_u64(void) {   /* xorshift64 */
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
 
 static void fill_random(uint8_t *p, size_t n) {
     for (size_t i = 0; i < n; i += 8) {

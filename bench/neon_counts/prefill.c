@@ -53,6 +53,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "nc_common.h"
 #include "types.h"
 
 /* llama.cpp's (ggml-cpu/repack.h, extern "C"; ggml_shim.cpp) */
@@ -77,15 +78,7 @@ static inline ev_fp16 ev_fp16_of(float v) {
     return bits;
 }
 
-__attribute__((noipa)) void nc_region_begin(void) { __asm__ volatile("nop"); }
-__attribute__((noipa)) void nc_region_end(void) { __asm__ volatile("nop\n\tnop"); }
 
-/* exactly 3 instructions an iteration (add, subs, b.ne) */
-__attribute__((noipa)) void nc_known_loop(uint64_t n) {
-    uint64_t acc = 0;
-    __asm__ volatile("1:\n\tadd %0, %0, #1\n\tsubs %1, %1, #1\n\tb.ne 1b"
-                     : "+r"(acc), "+r"(n) : : "cc");
-}
 
 /* one product: K columns, M rows, T tokens; the operands live in the context */
 typedef struct nc_ctx {
@@ -145,13 +138,6 @@ __attribute__((noipa)) static void timed(product_fn f, const nc_ctx *c, int64_t 
     nc_region_end();
 }
 
-static uint64_t rng = 0x9e3779b97f4a7c15u;
-static uint64_t next_u64(void) {   /* xorshift64 */
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
 
 static float uniform(void) {   /* [-1, 1) */
     return (float)(next_u64() >> 40) / (float)(1 << 23) - 1.0f;
