@@ -24,7 +24,39 @@ from pathlib import Path
 from typing import Any
 
 
-class LlamaBenchWorker:
+class ToolPeer:
+    """What the bench's llama.cpp tool peers (llama-bench, llama-mtmd-cli) share: a process per
+    measurement, whose load and memory they report alike. A subclass sets ``engine`` and
+    ``version``, the fields ``build``, ``load_ms``, ``settings``, ``load_rss_kib`` and
+    ``peak_kib`` while it loads, and answers its measurements in :meth:`measure`."""
+
+    engine: str
+    version: str
+    build: str
+    load_ms: float
+    settings: dict[str, Any]
+    load_rss_kib: int
+    peak_kib: int
+
+    def info(self) -> dict[str, Any]:
+        return {"engine": self.engine, "version": self.version, "build": self.build,
+                "load_ms": self.load_ms, "settings": self.settings,
+                "mem_after_load": {"VmRSS": self.load_rss_kib, "VmHWM": self.load_rss_kib}}
+
+    def handle(self, req: dict[str, Any]) -> dict[str, Any]:
+        op = req["op"]
+        if op == "mem":
+            return {"VmRSS": self.load_rss_kib, "VmHWM": self.peak_kib}
+        return self.measure(op)
+
+    def measure(self, op: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class LlamaBenchWorker(ToolPeer):
+    engine = "llama-bench"
+    version = "llama-bench (llama-cpp-python 0.3.36 tree)"
+
     def __init__(self, args: argparse.Namespace) -> None:
         if not args.llama_bin:
             raise ValueError("the llama-bench worker needs --llama-bin DIR")
@@ -59,15 +91,7 @@ class LlamaBenchWorker:
         self.peak_kib = max(self.peak_kib, rss)
         return results[0], rss
 
-    def info(self) -> dict[str, Any]:
-        return {"engine": "llama-bench", "version": "llama-bench (llama-cpp-python 0.3.36 tree)",
-                "build": self.build, "load_ms": self.load_ms, "settings": self.settings,
-                "mem_after_load": {"VmRSS": self.load_rss_kib, "VmHWM": self.load_rss_kib}}
-
-    def handle(self, req: dict[str, Any]) -> dict[str, Any]:
-        op = req["op"]
-        if op == "mem":
-            return {"VmRSS": self.load_rss_kib, "VmHWM": self.peak_kib}
+    def measure(self, op: str) -> dict[str, Any]:
         if op[:2] not in ("pp", "tg") or not op[2:].isdigit():
             raise ValueError(f"llama-bench has no {op!r} measurement (prefill ppN and "
                              "decode tgN only; the vision encoder is llama-mtmd-cli's)")

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from engine_common import cache_root, random_image
+from engine_llama_bench import ToolPeer
 from stage_camera import MTMD, parse_mtmd_log
 
 # a fixed short question: what the model is asked does not change the encode
@@ -52,7 +53,10 @@ def vit_image(size: int) -> Path:
     return path
 
 
-class LlamaMtmdWorker:
+class LlamaMtmdWorker(ToolPeer):
+    engine = "llama-mtmd"
+    version = f"{MTMD} (llama-cpp-python 0.3.36 tree)"
+
     def __init__(self, args: argparse.Namespace) -> None:
         if not args.llama_bin:
             raise ValueError("the llama-mtmd worker needs --llama-bin DIR")
@@ -90,16 +94,7 @@ class LlamaMtmdWorker:
         self.peak_kib = max(self.peak_kib, rss)
         return got, rss
 
-    def info(self) -> dict[str, Any]:
-        return {"engine": "llama-mtmd",
-                "version": f"{MTMD} (llama-cpp-python 0.3.36 tree)",
-                "build": self.build, "load_ms": self.load_ms, "settings": self.settings,
-                "mem_after_load": {"VmRSS": self.load_rss_kib, "VmHWM": self.load_rss_kib}}
-
-    def handle(self, req: dict[str, Any]) -> dict[str, Any]:
-        op = req["op"]
-        if op == "mem":
-            return {"VmRSS": self.load_rss_kib, "VmHWM": self.peak_kib}
+    def measure(self, op: str) -> dict[str, Any]:
         if not op.startswith("vit") or not op[3:].isdigit():
             raise ValueError(f"{MTMD} has no {op!r} measurement (the vision encoder vitS "
                              "only; prefill and decode are llama-bench's)")
