@@ -68,10 +68,14 @@ _Static_assert(EV_GEMM_KC % EV_QK_K == 0 && EV_GEMM_KC % EV_QK == 0,
  *          columns into y (rows ldy apart, R valid columns); first: y = bias + sum, else +=;
  *  pack_x: optional (NULL: the portable loop): tokens [t0, t1), columns [k0, k0 + kc) of the
  *          float activations as micro-tiles [tile][k][6], the last tile zero-padded. */
+/* A micro-kernel of gemm_dq: M tokens of the packed tile x [kc][6] times a panel [kc][16]
+ * (R valid rows) into y (ldy floats between tokens); `first`: y = bias + sum, else y += sum. */
+typedef void (*ev_gemm_dq_tile_fn)(const float *x, const float *panel, int kc, float *y,
+                                   int64_t ldy, int R, int first, const float *bias);
+
 typedef struct ev_gemm_dq_ops {
     void (*pack_w)(float *panel, const ev_gemm_args *a, int64_t r, int R, int64_t k0, int kc);
-    void (*tile[EV_GEMM_MR + 1])(const float *x, const float *panel, int kc, float *y,
-                                 int64_t ldy, int R, int first, const float *bias);
+    const ev_gemm_dq_tile_fn *tile;   /* [EV_GEMM_MR + 1]: by token count M, [0] unused */
     void (*pack_x)(float *xp, const ev_gemm_args *a, int64_t t0, int64_t t1, int64_t k0, int kc);
 } ev_gemm_dq_ops;
 

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "x86_avx2.h"
+#include "x86_avx512.h"   /* its gemm_dq: these panels, its tiles */
 
 #define PK_NR EV_GEMM_NR         /* weight rows per panel: two vectors of outputs */
 #define PK_MR EV_GEMM_MR         /* tokens per micro-tile */
@@ -240,16 +241,23 @@ PK_TILE(5)
 PK_TILE(6)
 #undef PK_TILE
 
-/* one panel packer per weight type, the type a compile-time constant of dq_row */
+static const ev_gemm_dq_tile_fn AVX2_TILES[EV_GEMM_MR + 1] = {
+    NULL, pk_tile_1, pk_tile_2, pk_tile_3, pk_tile_4, pk_tile_5, pk_tile_6};
+
+/* one panel packer per weight type, the type a compile-time constant of dq_row; gemm_dq with
+ * this file's 256-bit tiles, and with the AVX-512 set's (x86_avx512_sgemm.c) on the same
+ * panels */
 #define PK_PACK(SUFFIX, TYPE)                                                                \
     EV_AVX2 static void pk_pack_##SUFFIX(float *panel, const ev_gemm_args *a, int64_t r,    \
                                          int R, int64_t k0, int kc) {                       \
         pk_pack(panel, a, TYPE, r, R, k0, kc);                                              \
     }                                                                                       \
     EV_AVX2 void ev_avx2_gemm_dq_##SUFFIX(const ev_gemm_args *a, int64_t r0, int64_t r1) {  \
-        static const ev_gemm_dq_ops ops = {pk_pack_##SUFFIX, {NULL, pk_tile_1, pk_tile_2,   \
-                                           pk_tile_3, pk_tile_4, pk_tile_5, pk_tile_6},     \
-                                           pk_pack_x};                                      \
+        static const ev_gemm_dq_ops ops = {pk_pack_##SUFFIX, AVX2_TILES, pk_pack_x};        \
+        ev_gemm_dq_run(a, r0, r1, &ops);                                                    \
+    }                                                                                       \
+    void ev_avx512_gemm_dq_##SUFFIX(const ev_gemm_args *a, int64_t r0, int64_t r1) {        \
+        static const ev_gemm_dq_ops ops = {pk_pack_##SUFFIX, ev_avx512_dq_tiles, pk_pack_x}; \
         ev_gemm_dq_run(a, r0, r1, &ops);                                                    \
     }
 PK_PACK(f32, EV_TYPE_F32)
@@ -272,8 +280,11 @@ EV_AVX2 static void pk_pack_by_table(float *panel, const ev_gemm_args *a, int64_
 }
 
 EV_AVX2 void ev_avx2_gemm_dq_by_table(const ev_gemm_args *a, int64_t r0, int64_t r1) {
-    static const ev_gemm_dq_ops ops = {pk_pack_by_table, {NULL, pk_tile_1, pk_tile_2, pk_tile_3,
-                                       pk_tile_4, pk_tile_5, pk_tile_6}, pk_pack_x};
+    static const ev_gemm_dq_ops ops = {pk_pack_by_table, AVX2_TILES, pk_pack_x};
+    ev_gemm_dq_run(a, r0, r1, &ops);
+}
+void ev_avx512_gemm_dq_by_table(const ev_gemm_args *a, int64_t r0, int64_t r1) {
+    static const ev_gemm_dq_ops ops = {pk_pack_by_table, ev_avx512_dq_tiles, pk_pack_x};
     ev_gemm_dq_run(a, r0, r1, &ops);
 }
 

@@ -29,6 +29,18 @@ static void build(void) {
     AVX512.gemm_q16x[EV_TYPE_Q5_K] = ev_avx512_gemm_q16x_q5_K;
     AVX512.gemm_q16x[EV_TYPE_IQ4_XS] = ev_avx512_gemm_q16x_iq4_xs;
     AVX512.gemm_q16x[EV_TYPE_Q6_K] = ev_avx512_gemm_q16x_q6_K;
+    /* gemm_dq: the AVX2 set's panels under 512-bit tiles, type by type */
+    static const struct { ev_gemm_fn avx2, avx512; } dq[] = {
+        {ev_avx2_gemm_dq_f32, ev_avx512_gemm_dq_f32},     {ev_avx2_gemm_dq_f16, ev_avx512_gemm_dq_f16},
+        {ev_avx2_gemm_dq_bf16, ev_avx512_gemm_dq_bf16},   {ev_avx2_gemm_dq_q8_0, ev_avx512_gemm_dq_q8_0},
+        {ev_avx2_gemm_dq_q4_0, ev_avx512_gemm_dq_q4_0},   {ev_avx2_gemm_dq_q4_K, ev_avx512_gemm_dq_q4_K},
+        {ev_avx2_gemm_dq_q6_K, ev_avx512_gemm_dq_q6_K},   {ev_avx2_gemm_dq_q2_K, ev_avx512_gemm_dq_q2_K},
+        {ev_avx2_gemm_dq_q3_K, ev_avx512_gemm_dq_q3_K},   {ev_avx2_gemm_dq_q5_K, ev_avx512_gemm_dq_q5_K},
+        {ev_avx2_gemm_dq_iq4_xs, ev_avx512_gemm_dq_iq4_xs},
+        {ev_avx2_gemm_dq_by_table, ev_avx512_gemm_dq_by_table}};
+    for (int t = 0; t <= EV_TYPE_MAX; t++)
+        for (size_t i = 0; i < sizeof dq / sizeof dq[0]; i++)
+            if (AVX512.gemm_dq[t] == dq[i].avx2) AVX512.gemm_dq[t] = dq[i].avx512;
     AVX512.gemm[EV_TYPE_F16] = ev_avx512_gemm_f16;
     AVX512.gemm[EV_TYPE_BF16] = ev_avx512_gemm_bf16;
     AVX512.gemm[EV_TYPE_Q4_K] = ev_avx512_gemm_q4_K;

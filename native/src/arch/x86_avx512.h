@@ -85,6 +85,22 @@ void ev_avx512_gemm_bf16(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx512_gemm_q4_K(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx512_gemm_q6_K(const ev_gemm_args *a, int64_t r0, int64_t r1);
 
+/* gemm_dq on 512-bit tiles (x86_avx512_sgemm.c) over the AVX2 set's panels: one per weight
+ * type the AVX2 set dequantises with SIMD (x86_avx2_sgemm.c), and by_table for the rest */
+extern const ev_gemm_dq_tile_fn ev_avx512_dq_tiles[EV_GEMM_MR + 1];
+void ev_avx512_gemm_dq_f32(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx512_gemm_dq_f16(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx512_gemm_dq_bf16(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx512_gemm_dq_q8_0(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx512_gemm_dq_q4_0(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx512_gemm_dq_q4_K(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx512_gemm_dq_q6_K(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx512_gemm_dq_q2_K(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx512_gemm_dq_q3_K(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx512_gemm_dq_q5_K(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx512_gemm_dq_iq4_xs(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx512_gemm_dq_by_table(const ev_gemm_args *a, int64_t r0, int64_t r1);
+
 /* the many-token product of BF16 weights on bf16-rounded activations of x86_avx512_bf16.c
  * (needs AVX-512 BF16 on top of the set's extensions) */
 void ev_avx512_gemm_bf16x(const ev_gemm_args *a, int64_t r0, int64_t r1);

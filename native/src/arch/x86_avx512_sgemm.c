@@ -1,0 +1,73 @@
+/*
+ * x86_avx512_sgemm.c - the micro-kernel of gemm_dq (the float product over weights
+ * dequantised into panels: prefill of F16/BF16/F32 weights and of the types without an
+ * integer product, the ViT's float towers) on 512-bit vectors. The panels and the packed
+ * tokens are the AVX2 set's (x86_avx2_sgemm.c: panel [k][16], micro-tile [k][6]); the loop
+ * nest is ev_gemm_dq_run. One zmm holds a column's 16 panel rows, so a 6-token tile is 6
+ * accumulators a k; two interleaved k phases (even, odd columns) make 12, enough to keep two
+ * FMA pipes busy across the FMA latency, summed once at the end. Per two columns: 2 panel
+ * loads, 12 broadcasts, 12 FMAs of 16 lanes: twice the AVX2 tile's work per instruction,
+ * and on cores with full-width 512-bit FMA units (Zen 5, Intel server parts) twice its
+ * speed. Reference: the scalar set's gemm_dq (test_kernels.c); the sums are reordered (two
+ * phases), as the AVX2 tile reorders them.
+ */
+#if defined(__x86_64__)
+
+#include "x86_avx512.h"
+
+#define PK_NR EV_GEMM_NR   /* panel rows: one zmm */
+#define PK_MR EV_GEMM_MR   /* tokens per micro-tile */
+_Static_assert(PK_NR == 16, "one 512-bit vector of panel rows");
+
+/* M tokens (<= 6) x the panel's 16 rows over kc columns; R valid rows; `first`: the first K
+ * chunk (y = bias + sum), otherwise y += sum. */
+EV_AVX512_INLINE void zmm_tile(const int M, const float *x, const float *pw, int kc, float *y,
+                               int64_t ldy, int R, int first, const float *bias) {
+    __m512 acc[PK_MR][2];
+#pragma GCC unroll 6
+    for (int m = 0; m < M; m++) {
+        __builtin_prefetch(y + m * ldy, 1, 3);   /* y: megabytes, not in cache (AVX2 tile) */
+        acc[m][0] = acc[m][1] = _mm512_setzero_ps();
+    }
+    int k = 0;
+#pragma GCC unroll 2
+    for (; k + 2 <= kc; k += 2) {
+#pragma GCC unroll 2
+        for (int p = 0; p < 2; p++) {
+            const __m512 w = _mm512_load_ps(pw + (k + p) * PK_NR);
+#pragma GCC unroll 6
+            for (int m = 0; m < M; m++)
+                acc[m][p] = _mm512_fmadd_ps(_mm512_set1_ps(x[(k + p) * PK_MR + m]), w, acc[m][p]);
+        }
+    }
+    if (k < kc) {   /* an odd column count */
+        const __m512 w = _mm512_load_ps(pw + k * PK_NR);
+#pragma GCC unroll 6
+        for (int m = 0; m < M; m++)
+            acc[m][0] = _mm512_fmadd_ps(_mm512_set1_ps(x[k * PK_MR + m]), w, acc[m][0]);
+    }
+    const __mmask16 mask = avx512_mask16(R);
+#pragma GCC unroll 6
+    for (int m = 0; m < M; m++)
+        avx512_store_y(y + m * ldy, mask, _mm512_add_ps(acc[m][0], acc[m][1]), bias, first);
+}
+
+/* one function per token count, so that the accumulators stay in registers */
+#define ZMM_TILE(M)                                                                          \
+    EV_AVX512 __attribute__((noinline)) static void zmm_tile_##M(                            \
+        const float *x, const float *pw, int kc, float *y, int64_t ldy, int R, int first,    \
+        const float *bias) {                                                                \
+        zmm_tile(M, x, pw, kc, y, ldy, R, first, bias);                                     \
+    }
+ZMM_TILE(1)
+ZMM_TILE(2)
+ZMM_TILE(3)
+ZMM_TILE(4)
+ZMM_TILE(5)
+ZMM_TILE(6)
+#undef ZMM_TILE
+
+const ev_gemm_dq_tile_fn ev_avx512_dq_tiles[EV_GEMM_MR + 1] = {
+    NULL, zmm_tile_1, zmm_tile_2, zmm_tile_3, zmm_tile_4, zmm_tile_5, zmm_tile_6};
+
+#endif
