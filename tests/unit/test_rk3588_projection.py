@@ -72,12 +72,15 @@ def test_prefill_one_instruction_per_weight_token() -> None:
                                             / row["bytes"])
 
 
-def test_prefill_packing_counts_per_side() -> None:
-    """Ours packs per thread and 1024 rows, ggml quantises once per product."""
-    fits = {"q4_0": (Gemm(0.0, per_token_column=1.0), Gemm(0.0, per_token_column=1.0))}
+@pytest.mark.parametrize(("wtype", "rows_per_pack"), [("f16", A.gemm_nc),
+                                                    ("q4_0", rp.SDOT_Y_BLOCK_ROWS)])
+def test_prefill_packing_counts_per_side(wtype: str, rows_per_pack: int) -> None:
+    """Ours packs the activations per thread and block of rows (gemm_dq: 1024, F16; the SDOT
+    products: their 512-row y blocks, Q4_0), ggml quantises them once per product."""
+    fits = {wtype: (Gemm(0.0, per_token_column=1.0), Gemm(0.0, per_token_column=1.0))}
     (row,) = rp.project_prefill(fits, A)
     t = A.prompt_tokens
-    ours = sum(c * t * rp.ours_packs(r, A.cores, A.gemm_nc) for r, c in rp.layer_matrices(A))
+    ours = sum(c * t * rp.ours_packs(r, A.cores, rows_per_pack) for r, c in rp.layer_matrices(A))
     ggml = sum(c * t for _, c in rp.layer_matrices(A))
     assert row["ours_instr"] == pytest.approx(ours * A.layers)
     assert row["ggml_instr"] == pytest.approx(ggml * A.layers)
