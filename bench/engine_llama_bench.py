@@ -20,11 +20,12 @@ import json
 import resource
 import subprocess
 import time
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
 
-class ToolPeer:
+class ToolPeer(ABC):
     """What the bench's llama.cpp tool peers (llama-bench, llama-mtmd-cli) share: a process per
     measurement, whose load and memory they report alike. A subclass sets ``engine`` and
     ``version``, the fields ``build``, ``load_ms``, ``settings``, ``load_rss_kib`` and
@@ -49,8 +50,9 @@ class ToolPeer:
             return {"VmRSS": self.load_rss_kib, "VmHWM": self.peak_kib}
         return self.measure(op)
 
+    @abstractmethod
     def measure(self, op: str) -> dict[str, Any]:
-        raise NotImplementedError
+        """One measurement (``op``: the bench's ``ppN``/``tgN``/``vitS``) in a new process."""
 
 
 class LlamaBenchWorker(ToolPeer):

@@ -189,12 +189,7 @@ int main(int argc, char **argv) {
     if (!w || !x) return 2;
 
     float d1 = 0, d2 = 0, g1 = 0, g2 = 0;
-    nc_region_begin();
-    nc_known_loop(10);
-    nc_region_end();
-    nc_region_begin();
-    nc_known_loop(110);
-    nc_region_end();
+    nc_calibrate();
     timed_ours(nc_empty_ours, e1, &d1, w, x);
     timed_ggml(nc_empty_ggml, e1, &g1, w, x);
     timed_ours(ours, e1, &d1, w, x);

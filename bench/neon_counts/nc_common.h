@@ -20,6 +20,17 @@ __attribute__((noipa)) void nc_known_loop(uint64_t n) {
                      : "+r"(acc), "+r"(n) : : "cc");
 }
 
+/* The tracer check neon_counts.py reads first: two regions of 10 and 110 iterations, whose
+ * counts must differ by exactly 300 instructions. */
+static void nc_calibrate(void) {
+    nc_region_begin();
+    nc_known_loop(10);
+    nc_region_end();
+    nc_region_begin();
+    nc_known_loop(110);
+    nc_region_end();
+}
+
 static uint64_t rng = 0x9e3779b97f4a7c15u;
 static uint64_t next_u64(void) {   /* xorshift64 */
     rng ^= rng << 13;

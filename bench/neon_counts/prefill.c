@@ -241,12 +241,7 @@ int main(int argc, char **argv) {
     c.x = x;
 
     const long ms[4] = {m1, m2, m1, m2}, ts[4] = {t1, t1, t2, t2};
-    nc_region_begin();
-    nc_known_loop(10);
-    nc_region_end();
-    nc_region_begin();
-    nc_known_loop(110);
-    nc_region_end();
+    nc_calibrate();
     timed(nc_empty, &c, m1, t1);
     timed(nc_empty, &c, m1, t1);
     for (int s = 0; s < 4; s++) timed(ours, &c, ms[s], ts[s]);
