@@ -20,8 +20,9 @@ Prefill and encode: every matrix is multiplied once for the whole batch (the pro
 image's patches), so the weights are read once per batch (the bandwidth bound is far away) and
 the count is instructions(M, K, T) = per_weight_token*M*K*T + per_weight*M*K +
 per_token_column*K*T*packs + per_call*threads (neon_counts.Fit), with packs how often the
-activations are packed (ours: once per thread and block of EV_GEMM_NC rows; ggml quantises
-them once per product).
+activations are packed (ours: once per thread when the batch is at most EV_GEMM_ONE_BLOCK
+tokens, else once per thread and block of EV_GEMM_NC rows; ggml quantises them once per
+product).
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ class Assumptions:
     vocab: int = 151936
     prompt_tokens: int = 512      # prefill: one batch of this many tokens
     gemm_nc: int = 1024           # EV_GEMM_NC: ours packs the activations once per NC rows
+    gemm_one_block: int = 1200    # EV_GEMM_ONE_BLOCK: up to this many tokens, once per thread
 
 
 @dataclass(frozen=True)
@@ -199,7 +201,7 @@ PREFILL_MIXES = {"Q8_0": "q8_0", "Q4_0": "q4_0", "F16": "f16",
 # ours' SDOT products of Q4_0/Q8_0 (arm_neon_qgemm.c): the activations are split once per
 # thread, token block and y block (Y_BLOCK_BYTES / (4 x TB) = 512 rows at the TB = 128-token
 # blocks), the weights packed once per token block of TB tokens; gemm_dq (F16): once per
-# EV_GEMM_NC rows, the weights once per call
+# thread up to EV_GEMM_ONE_BLOCK tokens (else per EV_GEMM_NC rows), the weights once per call
 OURS_SDOT_TYPES = ("q4_0", "q8_0", "q4_0-fast", "q8_0-fast")
 SDOT_TOKEN_BLOCK, SDOT_Y_BLOCK_ROWS = 128, 512
 
@@ -218,7 +220,8 @@ def layer_matrices(a: Assumptions) -> list[tuple[int, int]]:
 
 def ours_packs(rows: int, threads: int, nc: int) -> int:
     """How often ours packs a product's activations: ev_matmul gives each thread a contiguous
-    share of the rows and ev_gemm_dq_run packs the token block once per EV_GEMM_NC of them."""
+    share of the rows, and each packs them once per nc of its rows (gemm_dq past
+    EV_GEMM_ONE_BLOCK tokens: EV_GEMM_NC; the SDOT products: their y block)."""
     share = math.ceil(rows / threads)
     return threads * math.ceil(share / nc)
 
@@ -235,8 +238,16 @@ def batch_instructions(f: PerWeightToken, shapes: list[tuple[int, int, int]], a:
     """The products (rows, columns, tokens) of one batch, on a.cores threads."""
     sdot = ours and wtype in OURS_SDOT_TYPES
     nc = SDOT_Y_BLOCK_ROWS if sdot else a.gemm_nc
-    return sum(product_instructions(f, r, c, t, ours_packs(r, a.cores, nc) if ours else 1,
-                                    a.cores, math.ceil(t / SDOT_TOKEN_BLOCK) if sdot else 1)
+
+    def packs(r: int, t: int) -> int:
+        if not ours:
+            return 1
+        if not sdot and t <= a.gemm_one_block:
+            return a.cores   # gemm_dq: every token packed once per thread and K chunk
+        return ours_packs(r, a.cores, nc)
+
+    return sum(product_instructions(f, r, c, t, packs(r, t), a.cores,
+                                    math.ceil(t / SDOT_TOKEN_BLOCK) if sdot else 1)
                for r, c, t in shapes)
 
 

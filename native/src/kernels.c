@@ -322,59 +322,84 @@ typedef struct next_chunk {
     const uint8_t *w;      /* column k0 of the chunk's first row */
     int64_t stride, rows;  /* row stride in bytes, rows in the chunk */
     int64_t lines;         /* cache lines of one row's segment */
-    int64_t done, per;     /* lines prefetched so far; per micro-tile */
+    int64_t row, line;     /* the next line to prefetch: row, line within the row */
+    int64_t per;           /* lines per micro-tile */
 } next_chunk;
 
 static void next_chunk_plan(next_chunk *nx, const ev_gemm_args *a, int64_t k0, int64_t jc,
-                            int64_t r0, int64_t r1, int64_t tiles) {
-    enum { KC = EV_GEMM_KC, NC = EV_GEMM_NC };
-    int64_t jn = jc + NC, kn = k0;
+                            int64_t nc, int64_t r0, int64_t r1, int64_t tiles) {
+    enum { KC = EV_GEMM_KC };
+    int64_t jn = jc + nc, kn = k0;
     if (jn >= r1) { jn = r0; kn = k0 + KC; }   /* the loop nest's order: rows, then K */
     memset(nx, 0, sizeof *nx);
     if (kn >= a->n_in) return;
     const int64_t kcn = a->n_in - kn < KC ? a->n_in - kn : KC;
     nx->w = a->w + jn * a->w_stride + ev_row_bytes(a->w_type, kn);
     nx->stride = a->w_stride;
-    nx->rows = (r1 - jn < NC ? r1 - jn : NC);
+    nx->rows = (r1 - jn < nc ? r1 - jn : nc);
     nx->lines = (ev_row_bytes(a->w_type, kcn) + 63) / 64;
     nx->per = (nx->rows * nx->lines + tiles - 1) / (tiles > 0 ? tiles : 1);
 }
 
+/* no division here: it runs once per micro-tile */
 static inline void next_chunk_step(next_chunk *nx) {
-    const int64_t total = nx->rows * nx->lines;
-    for (int64_t i = 0; i < nx->per && nx->done < total; i++, nx->done++)
-        __builtin_prefetch(nx->w + nx->done / nx->lines * nx->stride + nx->done % nx->lines * 64, 0, 3);
+    for (int64_t i = 0; i < nx->per && nx->row < nx->rows; i++) {
+        __builtin_prefetch(nx->w + nx->row * nx->stride + nx->line * 64, 0, 3);
+        if (++nx->line == nx->lines) { nx->line = 0; nx->row++; }
+    }
 }
 
-/* The thread's pack buffer (a->pack): packed tokens [MC][KC], then the dequantised panels of
- * up to NC rows [NC / 16][KC][16]. Each weight is dequantised once per call; the token block
- * is packed once per K chunk and row chunk. */
+/* The thread's pack buffer (a->pack, EV_GEMM_PACK_FLOATS) holds packed tokens, then
+ * dequantised panels of rows. Each weight is dequantised once per call.
+ * - Up to EV_GEMM_ONE_BLOCK tokens (prompts, a 448x448 image's 784 patches): all tokens are
+ *   packed once per K chunk, and the rows go in chunks of EV_GEMM_NC_ONE_BLOCK (4 panels,
+ *   64 KiB), each panel used while it is in L1/L2 and the next chunk's weights, prefetched
+ *   into L2, still there when they are packed. The micro-tiles stream the tokens from L2/L3
+ *   (6 KiB a tile against ~1500 cycles of FMAs). Until 2026-12-03 the tokens went in blocks of
+ *   MC repacked for every 1024 rows, whose 1 MiB of panels filled the L2 and evicted the
+ *   prefetched weights: at 128 tokens the F16 pack waited on DRAM, 13.6 % of a prefill.
+ * - More tokens: blocks of MC tokens (240 KiB, L2), repacked once per K chunk and NC rows, so
+ *   NC is large (1024 rows, the panels 1 MiB) to repack them seldom. */
 void ev_gemm_dq_run(const ev_gemm_args *a, int64_t r0, int64_t r1, const ev_gemm_dq_ops *ops) {
-    enum { KC = EV_GEMM_KC, NC = EV_GEMM_NC, NR = EV_GEMM_NR, MR = EV_GEMM_MR,
+    enum { KC = EV_GEMM_KC, NR = EV_GEMM_NR, MR = EV_GEMM_MR,
            MC = EV_GEMM_MC / EV_GEMM_MR * EV_GEMM_MR };
-    float *xp = a->pack, *wp = a->pack + MC * KC;
+    const int one_block = a->n_tok <= EV_GEMM_ONE_BLOCK;
+    const int64_t mc = one_block ? a->n_tok : MC;                   /* tokens a block */
+    const int64_t nc = one_block ? EV_GEMM_NC_ONE_BLOCK : EV_GEMM_NC;   /* rows a chunk */
+    float *xp = a->pack, *wp = a->pack + (mc + MR - 1) / MR * MR * KC;
     next_chunk nx;
     for (int64_t k0 = 0; k0 < a->n_in; k0 += KC) {
         const int kc = (int)(a->n_in - k0 < KC ? a->n_in - k0 : KC);
-        for (int64_t jc = r0; jc < r1; jc += NC) {
-            const int64_t jc1 = jc + NC < r1 ? jc + NC : r1;
+        if (one_block) {
+            if (ops->pack_x) ops->pack_x(xp, a, 0, a->n_tok, k0, kc);
+            else pack_tokens(xp, a, 0, a->n_tok, k0, kc);
+        }
+        for (int64_t jc = r0; jc < r1; jc += nc) {
+            const int64_t jc1 = jc + nc < r1 ? jc + nc : r1;
             for (int64_t r = jc; r < jc1; r += NR)
                 ops->pack_w(wp + (r - jc) * kc, a, r, (int)(jc1 - r < NR ? jc1 - r : NR), k0, kc);
-            next_chunk_plan(&nx, a, k0, jc, r0, r1,
+            next_chunk_plan(&nx, a, k0, jc, nc, r0, r1,
                             (jc1 - jc + NR - 1) / NR * ((a->n_tok + MR - 1) / MR));
-            for (int64_t t0 = 0; t0 < a->n_tok; t0 += MC) {
-                const int64_t t1 = t0 + MC < a->n_tok ? t0 + MC : a->n_tok;
-                if (ops->pack_x) ops->pack_x(xp, a, t0, t1, k0, kc);
+            for (int64_t t0 = 0; t0 < a->n_tok; t0 += mc) {
+                const int64_t t1 = t0 + mc < a->n_tok ? t0 + mc : a->n_tok;
+                if (one_block) { /* packed above */ }
+                else if (ops->pack_x) ops->pack_x(xp, a, t0, t1, k0, kc);
                 else pack_tokens(xp, a, t0, t1, k0, kc);
-                for (int64_t r = jc; r < jc1; r += NR) {
-                    const int R = (int)(jc1 - r < NR ? jc1 - r : NR);
+                for (int64_t r = jc; r < jc1;) {
+                    /* two panels at a time where the set has a pair tile and 17+ rows are left */
+                    const int pair = ops->pair && jc1 - r > NR;
+                    const int64_t step = pair ? 2 * NR : NR;
+                    const int R = (int)(jc1 - r < step ? jc1 - r : step);
+                    const ev_gemm_dq_tile_fn *tiles = pair ? ops->pair : ops->tile;
                     const float *bias = a->bias ? a->bias + r : NULL;
                     for (int64_t t = t0; t < t1; t += MR) {
                         const int M = (int)(t1 - t < MR ? t1 - t : MR);
-                        ops->tile[M](xp + (t - t0) * kc, wp + (r - jc) * kc, kc,
-                                     a->y + t * a->n_out + r, a->n_out, R, k0 == 0, bias);
+                        tiles[M](xp + (t - t0) * kc, wp + (r - jc) * kc, kc,
+                                 a->y + t * a->n_out + r, a->n_out, R, k0 == 0, bias);
                         next_chunk_step(&nx);
+                        if (pair) next_chunk_step(&nx);   /* the plan counts 16-row tiles */
                     }
+                    r += step;
                 }
             }
         }

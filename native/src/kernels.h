@@ -51,6 +51,10 @@ typedef struct ev_gemm_args {
  * repacking took 16 % of a 512-token prefill. */
 #define EV_GEMM_KC 256
 #define EV_GEMM_NC 1024
+#define EV_GEMM_NC_ONE_BLOCK 64   /* rows a chunk when all tokens are one block (ev_gemm_dq_run) */
+/* the most tokens packed as one block: they and EV_GEMM_NC_ONE_BLOCK rows of panels fill
+ * the pack buffer */
+#define EV_GEMM_ONE_BLOCK ((EV_GEMM_MC + EV_GEMM_NC - EV_GEMM_NC_ONE_BLOCK) / EV_GEMM_MR * EV_GEMM_MR)
 #define EV_GEMM_MC 240
 #define EV_GEMM_PACK_FLOATS ((EV_GEMM_MC + EV_GEMM_NC) * EV_GEMM_KC)   /* 1.23 MiB a thread */
 #define EV_GEMM_NR 16          /* weight rows per panel */
@@ -60,6 +64,7 @@ typedef struct ev_gemm_args {
 _Static_assert(EV_GEMM_KC % EV_QK_K == 0 && EV_GEMM_KC % EV_QK == 0,
                "K chunks hold whole blocks of every type");
 #define EV_GEMM_MR 6           /* tokens per micro-tile (EV_GEMM_MC is a multiple) */
+_Static_assert(EV_GEMM_ONE_BLOCK >= 1024, "a 448x448 image's 784 patches and 512-token prompts are one block");
 
 /* What an architecture supplies to ev_gemm_dq_run, the loop nest shared by every set:
  *  pack_w: rows r..r+R-1 (R <= 16, the rest zeros), columns [k0, k0 + kc) of a->w as one
@@ -77,6 +82,9 @@ typedef struct ev_gemm_dq_ops {
     void (*pack_w)(float *panel, const ev_gemm_args *a, int64_t r, int R, int64_t k0, int kc);
     const ev_gemm_dq_tile_fn *tile;   /* [EV_GEMM_MR + 1]: by token count M, [0] unused */
     void (*pack_x)(float *xp, const ev_gemm_args *a, int64_t t0, int64_t t1, int64_t k0, int kc);
+    /* optional (NULL: tile only): [EV_GEMM_MR + 1], M tokens x two adjacent panels (32 rows,
+     * the second kc * 16 floats after the first; R valid rows, 17..32), as tile otherwise */
+    const ev_gemm_dq_tile_fn *pair;
 } ev_gemm_dq_ops;
 
 /* The BLIS loop nest of gemm_dq for rows [r0, r1), packing into a->pack. */

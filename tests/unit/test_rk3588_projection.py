@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -72,18 +73,31 @@ def test_prefill_one_instruction_per_weight_token() -> None:
                                             / row["bytes"])
 
 
-@pytest.mark.parametrize(("wtype", "rows_per_pack"), [("f16", A.gemm_nc),
-                                                    ("q4_0", rp.SDOT_Y_BLOCK_ROWS)])
-def test_prefill_packing_counts_per_side(wtype: str, rows_per_pack: int) -> None:
-    """Ours packs the activations per thread and block of rows (gemm_dq: 1024, F16; the SDOT
-    products: their 512-row y blocks, Q4_0), ggml quantises them once per product."""
+@pytest.mark.parametrize(("wtype", "packs_of"), [
+    ("f16", lambda rows: A.cores),    # gemm_dq, a 512-token prompt: once per thread
+    ("q4_0", lambda rows: rp.ours_packs(rows, A.cores, rp.SDOT_Y_BLOCK_ROWS))])
+def test_prefill_packing_counts_per_side(wtype: str, packs_of: Callable[[int], int]) -> None:
+    """Ours packs the activations per thread (gemm_dq up to EV_GEMM_ONE_BLOCK tokens: once,
+    F16) or per thread and block of rows (the SDOT products: their 512-row y blocks, Q4_0);
+    ggml quantises them once per product."""
+    assert A.prompt_tokens <= A.gemm_one_block
     fits = {wtype: (Gemm(0.0, per_token_column=1.0), Gemm(0.0, per_token_column=1.0))}
     (row,) = rp.project_prefill(fits, A)
     t = A.prompt_tokens
-    ours = sum(c * t * rp.ours_packs(r, A.cores, rows_per_pack) for r, c in rp.layer_matrices(A))
+    ours = sum(c * t * packs_of(r) for r, c in rp.layer_matrices(A))
     ggml = sum(c * t for _, c in rp.layer_matrices(A))
     assert row["ours_instr"] == pytest.approx(ours * A.layers)
     assert row["ggml_instr"] == pytest.approx(ggml * A.layers)
+
+
+def test_gemm_dq_packs_per_row_block_past_one_block() -> None:
+    """Past EV_GEMM_ONE_BLOCK tokens gemm_dq repacks the token blocks per EV_GEMM_NC rows."""
+    fits = {"f16": (Gemm(0.0, per_token_column=1.0), Gemm(0.0, per_token_column=1.0))}
+    big = replace(A, prompt_tokens=A.gemm_one_block + 6)
+    (row,) = rp.project_prefill(fits, big)
+    t = big.prompt_tokens
+    ours = sum(c * t * rp.ours_packs(r, A.cores, A.gemm_nc) for r, c in rp.layer_matrices(A))
+    assert row["ours_instr"] == pytest.approx(ours * A.layers)
 
 
 def test_prefill_and_encode_skip_unmeasured_types() -> None:

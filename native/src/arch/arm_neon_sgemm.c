@@ -106,7 +106,7 @@ PK_TILE(6)
 
 static const ev_gemm_dq_tile_fn TILES[EV_GEMM_MR + 1] = {NULL, pk_tile_1, pk_tile_2, pk_tile_3,
                                                            pk_tile_4, pk_tile_5, pk_tile_6};
-static const ev_gemm_dq_ops OPS = {pk_pack, TILES, NULL};   /* tokens: the portable loop */
+static const ev_gemm_dq_ops OPS = {pk_pack, TILES, NULL, NULL};   /* tokens: the portable loop */
 
 void ev_neon_gemm_dq(const ev_gemm_args *a, int64_t r0, int64_t r1) {
     ev_gemm_dq_run(a, r0, r1, &OPS);

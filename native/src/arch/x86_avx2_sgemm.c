@@ -253,11 +253,12 @@ static const ev_gemm_dq_tile_fn AVX2_TILES[EV_GEMM_MR + 1] = {
         pk_pack(panel, a, TYPE, r, R, k0, kc);                                              \
     }                                                                                       \
     EV_AVX2 void ev_avx2_gemm_dq_##SUFFIX(const ev_gemm_args *a, int64_t r0, int64_t r1) {  \
-        static const ev_gemm_dq_ops ops = {pk_pack_##SUFFIX, AVX2_TILES, pk_pack_x};        \
+        static const ev_gemm_dq_ops ops = {pk_pack_##SUFFIX, AVX2_TILES, pk_pack_x, NULL};  \
         ev_gemm_dq_run(a, r0, r1, &ops);                                                    \
     }                                                                                       \
     void ev_avx512_gemm_dq_##SUFFIX(const ev_gemm_args *a, int64_t r0, int64_t r1) {        \
-        static const ev_gemm_dq_ops ops = {pk_pack_##SUFFIX, ev_avx512_dq_tiles, pk_pack_x}; \
+        static const ev_gemm_dq_ops ops = {pk_pack_##SUFFIX, ev_avx512_dq_tiles, pk_pack_x,     \
+                                            ev_avx512_dq_pair_tiles};                       \
         ev_gemm_dq_run(a, r0, r1, &ops);                                                    \
     }
 PK_PACK(f32, EV_TYPE_F32)
@@ -280,11 +281,12 @@ EV_AVX2 static void pk_pack_by_table(float *panel, const ev_gemm_args *a, int64_
 }
 
 EV_AVX2 void ev_avx2_gemm_dq_by_table(const ev_gemm_args *a, int64_t r0, int64_t r1) {
-    static const ev_gemm_dq_ops ops = {pk_pack_by_table, AVX2_TILES, pk_pack_x};
+    static const ev_gemm_dq_ops ops = {pk_pack_by_table, AVX2_TILES, pk_pack_x, NULL};
     ev_gemm_dq_run(a, r0, r1, &ops);
 }
 void ev_avx512_gemm_dq_by_table(const ev_gemm_args *a, int64_t r0, int64_t r1) {
-    static const ev_gemm_dq_ops ops = {pk_pack_by_table, ev_avx512_dq_tiles, pk_pack_x};
+    static const ev_gemm_dq_ops ops = {pk_pack_by_table, ev_avx512_dq_tiles, pk_pack_x,
+                                        ev_avx512_dq_pair_tiles};
     ev_gemm_dq_run(a, r0, r1, &ops);
 }
 

@@ -88,6 +88,7 @@ void ev_avx512_gemm_q6_K(const ev_gemm_args *a, int64_t r0, int64_t r1);
 /* gemm_dq on 512-bit tiles (x86_avx512_sgemm.c) over the AVX2 set's panels: one per weight
  * type the AVX2 set dequantises with SIMD (x86_avx2_sgemm.c), and by_table for the rest */
 extern const ev_gemm_dq_tile_fn ev_avx512_dq_tiles[EV_GEMM_MR + 1];
+extern const ev_gemm_dq_tile_fn ev_avx512_dq_pair_tiles[EV_GEMM_MR + 1];   /* 32 rows */
 void ev_avx512_gemm_dq_f32(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx512_gemm_dq_f16(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx512_gemm_dq_bf16(const ev_gemm_args *a, int64_t r0, int64_t r1);
