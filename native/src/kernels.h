@@ -43,17 +43,18 @@ typedef struct ev_gemm_args {
     float *pack;           /* gemm_dq: this thread's EV_GEMM_PACK_FLOATS packing buffer */
 } ev_gemm_args;
 
-/* gemm_dq's blocking (BLIS-style), shared by every kernel set: K in chunks of EV_GEMM_KC
- * columns; the weights of up to EV_GEMM_NC rows of a chunk are dequantised once into panels
- * (1 MiB, L3; the micro-kernel's 16-row panel, 16 KiB, stays in L1 while it sweeps the token
- * block), the activations of EV_GEMM_MC tokens packed into micro-tiles (240 KiB, L2). NC is
- * large because the token block is repacked once per K chunk and NC rows: at NC = 256 that
- * repacking took 16 % of a 512-token prefill. */
+/* gemm_dq's blocking (BLIS-style), shared by every kernel set (ev_gemm_dq_run): K in chunks
+ * of EV_GEMM_KC columns; each weight dequantised once into panels of 16 rows [k][16].
+ *  - up to EV_GEMM_ONE_BLOCK tokens: all tokens packed into micro-tiles once per K chunk, the
+ *    rows in chunks of EV_GEMM_NC_ONE_BLOCK (64 KiB of panels, in L1/L2 while used);
+ *  - more: blocks of EV_GEMM_MC tokens (240 KiB, L2) repacked per K chunk and EV_GEMM_NC
+ *    rows (1 MiB of panels); NC is large so that the repacking is rare (at NC = 256 it took
+ *    16 % of a 512-token prefill). */
 #define EV_GEMM_KC 256
 #define EV_GEMM_NC 1024
-#define EV_GEMM_NC_ONE_BLOCK 64   /* rows a chunk when all tokens are one block (ev_gemm_dq_run) */
-/* the most tokens packed as one block: they and EV_GEMM_NC_ONE_BLOCK rows of panels fill
- * the pack buffer */
+#define EV_GEMM_NC_ONE_BLOCK 64
+/* the most tokens packed as one block: they and EV_GEMM_NC_ONE_BLOCK rows of panels fill the
+ * pack buffer (1200) */
 #define EV_GEMM_ONE_BLOCK ((EV_GEMM_MC + EV_GEMM_NC - EV_GEMM_NC_ONE_BLOCK) / EV_GEMM_MR * EV_GEMM_MR)
 #define EV_GEMM_MC 240
 #define EV_GEMM_PACK_FLOATS ((EV_GEMM_MC + EV_GEMM_NC) * EV_GEMM_KC)   /* 1.23 MiB a thread */

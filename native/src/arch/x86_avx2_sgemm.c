@@ -116,8 +116,58 @@ EV_AVX2_INLINE void pk_transpose8(__m256 r[8]) {
  * Each half of the panel (8 rows) is dequantised row by row into tmp [8][kc], then written
  * 8 columns at a time through an 8 x 8 transpose: 8 vector stores of 8 rows' values instead
  * of 64 scalar stores 64 bytes apart (the scalar scatter was ~16 % of a prefill). */
+/* F16/BF16 rows r..r+R-1 (R <= 16; the rest zeros), columns [k0, k0 + kc) into one panel
+ * [k][16] without the float round trip: per 8 rows and 8 columns, the 16-bit values go
+ * through an 8 x 8 transpose of words (24 xmm unpacks) and each column is converted once,
+ * 8 rows at a time. The dq_row + float transpose path stored and reloaded every value
+ * (tmp) and transposed twice the bytes. */
+EV_AVX2_INLINE void pk_pack_half(float *panel, const ev_gemm_args *a, const int bf16, int64_t r,
+                                 int R, int64_t k0, int kc) {
+    for (int h = 0; h < PK_NR; h += 8) {
+        const uint16_t *rows[8];
+        for (int i = 0; i < 8; i++)
+            rows[i] = h + i < R ? (const uint16_t *)(a->w + (r + h + i) * a->w_stride) + k0 : NULL;
+        int k = 0;
+        for (; k + 8 <= kc; k += 8) {
+            __m128i v[8];
+            for (int i = 0; i < 8; i++)
+                v[i] = rows[i] ? _mm_loadu_si128((const __m128i *)(rows[i] + k)) : _mm_setzero_si128();
+            __m128i t[8], u[8];
+            for (int i = 0; i < 4; i++) {   /* pairs of rows, words interleaved */
+                t[2 * i] = _mm_unpacklo_epi16(v[2 * i], v[2 * i + 1]);
+                t[2 * i + 1] = _mm_unpackhi_epi16(v[2 * i], v[2 * i + 1]);
+            }
+            for (int i = 0; i < 2; i++) {   /* quads of rows: u[4i + c] holds columns 2c, 2c+1 */
+                u[4 * i + 0] = _mm_unpacklo_epi32(t[4 * i + 0], t[4 * i + 2]);
+                u[4 * i + 1] = _mm_unpackhi_epi32(t[4 * i + 0], t[4 * i + 2]);
+                u[4 * i + 2] = _mm_unpacklo_epi32(t[4 * i + 1], t[4 * i + 3]);
+                u[4 * i + 3] = _mm_unpackhi_epi32(t[4 * i + 1], t[4 * i + 3]);
+            }
+            for (int c = 0; c < 4; c++) {   /* columns 2c and 2c+1: rows 0..3 then 4..7 */
+                const __m128i col[2] = {_mm_unpacklo_epi64(u[c], u[4 + c]),
+                                        _mm_unpackhi_epi64(u[c], u[4 + c])};
+                for (int j = 0; j < 2; j++) {
+                    const __m256 f = bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(
+                                                _mm256_cvtepu16_epi32(col[j]), 16))
+                                          : _mm256_cvtph_ps(col[j]);
+                    _mm256_storeu_ps(panel + (k + 2 * c + j) * PK_NR + h, f);
+                }
+            }
+        }
+        for (; k < kc; k++)
+            for (int i = 0; i < 8; i++)
+                panel[k * PK_NR + h + i] = !rows[i] ? 0.0f
+                                           : bf16 ? ev_bf16_to_f32(rows[i][k])
+                                                  : ev_fp16_to_f32(rows[i][k]);
+    }
+}
+
 EV_AVX2_INLINE void pk_pack(float *panel, const ev_gemm_args *a, const int type, int64_t r, int R,
                             int64_t k0, int kc) {
+    if (type == EV_TYPE_F16 || type == EV_TYPE_BF16) {
+        pk_pack_half(panel, a, type == EV_TYPE_BF16, r, R, k0, kc);
+        return;
+    }
     _Alignas(32) float tmp[8][PK_KC];   /* 8 KiB */
     for (int h = 0; h < PK_NR; h += 8) {
         for (int i = 0; i < 8; i++) {

@@ -9,7 +9,8 @@
  * loads, 12 broadcasts, 12 FMAs of 16 lanes: twice the AVX2 tile's work per instruction,
  * and on cores with full-width 512-bit FMA units (Zen 5, Intel server parts) twice its
  * speed. Reference: the scalar set's gemm_dq (test_kernels.c); the sums are reordered (two
- * phases), as the AVX2 tile reorders them.
+ * phases), as the AVX2 tile reorders them. Where 17+ rows are left, ev_gemm_dq_run takes two
+ * panels at a time with the pair tile below (6 x 32, faster); this one does the last panel.
  */
 #if defined(__x86_64__)
 
