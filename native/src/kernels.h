@@ -88,6 +88,22 @@ typedef struct ev_gemm_dq_ops {
     const ev_gemm_dq_tile_fn *pair;
 } ev_gemm_dq_ops;
 
+/* A set's tiles: one noinline function NAME_M per token count M = 1..6 (EV_GEMM_MR), each
+ * calling the inline micro-kernel BODY(M, ...) with M a constant so that its accumulators stay
+ * in registers; ATTR is the set's target attribute (or nothing). The set lists them in its
+ * ev_gemm_dq_tile_fn table {NULL, NAME_1, ..., NAME_6}. */
+#define EV_GEMM_DQ_TILE(ATTR, NAME, BODY, M)                                                  \
+    ATTR __attribute__((noinline)) static void NAME##_##M(                                   \
+        const float *x, const float *pw, int kc, float *y, int64_t ldy, int R, int first,     \
+        const float *bias) {                                                                 \
+        BODY(M, x, pw, kc, y, ldy, R, first, bias);                                          \
+    }
+#define EV_GEMM_DQ_TILES(ATTR, NAME, BODY)                                                    \
+    EV_GEMM_DQ_TILE(ATTR, NAME, BODY, 1) EV_GEMM_DQ_TILE(ATTR, NAME, BODY, 2)                 \
+    EV_GEMM_DQ_TILE(ATTR, NAME, BODY, 3) EV_GEMM_DQ_TILE(ATTR, NAME, BODY, 4)                 \
+    EV_GEMM_DQ_TILE(ATTR, NAME, BODY, 5) EV_GEMM_DQ_TILE(ATTR, NAME, BODY, 6)
+_Static_assert(EV_GEMM_MR == 6, "EV_GEMM_DQ_TILES makes tiles of 1..6 tokens");
+
 /* The BLIS loop nest of gemm_dq for rows [r0, r1), packing into a->pack. */
 void ev_gemm_dq_run(const ev_gemm_args *a, int64_t r0, int64_t r1, const ev_gemm_dq_ops *ops);
 

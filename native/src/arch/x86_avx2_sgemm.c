@@ -276,20 +276,7 @@ EV_AVX2_INLINE void pk_tile(const int M, const float *x, const float *pw, int kc
     }
 }
 
-/* one function per token count, so that the accumulators stay in registers */
-#define PK_TILE(M)                                                                           \
-    EV_AVX2 __attribute__((noinline)) static void pk_tile_##M(                               \
-        const float *x, const float *pw, int kc, float *y, int64_t ldy, int R, int first,    \
-        const float *bias) {                                                                \
-        pk_tile(M, x, pw, kc, y, ldy, R, first, bias);                                      \
-    }
-PK_TILE(1)
-PK_TILE(2)
-PK_TILE(3)
-PK_TILE(4)
-PK_TILE(5)
-PK_TILE(6)
-#undef PK_TILE
+EV_GEMM_DQ_TILES(EV_AVX2, pk_tile, pk_tile)
 
 static const ev_gemm_dq_tile_fn AVX2_TILES[EV_GEMM_MR + 1] = {
     NULL, pk_tile_1, pk_tile_2, pk_tile_3, pk_tile_4, pk_tile_5, pk_tile_6};

@@ -53,72 +53,64 @@ EV_AVX512_INLINE void zmm_tile(const int M, const float *x, const float *pw, int
         avx512_store_y(y + m * ldy, mask, _mm512_add_ps(acc[m][0], acc[m][1]), bias, first);
 }
 
-/* one function per token count, so that the accumulators stay in registers */
-#define ZMM_TILE(M)                                                                          \
-    EV_AVX512 __attribute__((noinline)) static void zmm_tile_##M(                            \
-        const float *x, const float *pw, int kc, float *y, int64_t ldy, int R, int first,    \
-        const float *bias) {                                                                \
-        zmm_tile(M, x, pw, kc, y, ldy, R, first, bias);                                     \
-    }
-ZMM_TILE(1)
-ZMM_TILE(2)
-ZMM_TILE(3)
-ZMM_TILE(4)
-ZMM_TILE(5)
-ZMM_TILE(6)
-#undef ZMM_TILE
-
-const ev_gemm_dq_tile_fn ev_avx512_dq_tiles[EV_GEMM_MR + 1] = {
-    NULL, zmm_tile_1, zmm_tile_2, zmm_tile_3, zmm_tile_4, zmm_tile_5, zmm_tile_6};
-
 /* M tokens (<= 6) x two adjacent panels (32 rows: pw, then pw + kc * 16) over kc columns; R
- * valid rows, 17..32. Each broadcast token feeds two FMAs (one per panel), so a column is 2
- * panel loads, M broadcasts and 2M FMAs on 2M accumulators: 12 chains at M = 6, enough for
- * two FMA pipes without the 16-row tile's second k phase. Alone in L1 (a 256-column panel
- * pair, 6 tokens): 218-220 GFLOP/s a core against the 16-row tile's 192, of a 224 FMA peak
- * (Zen 5, /tmp harness, 2026-12-03). Sums in k order per output, as the scalar set's. */
+ * valid rows, 17..32. Each broadcast token feeds two FMAs (one per panel): a column is 2
+ * panel loads, M broadcasts and 2M FMAs. The sums go in the 16-row tile's order exactly (even
+ * columns and odd columns apart, an odd last column with the even ones, added at the end), so
+ * that an output is the same bits whichever tile computes it: which rows pair up depends on
+ * where a thread's rows start, and the thread count must not change a bit
+ * (tests/native/test_long_prompt.py). 24 accumulators, 27 of the 32 zmm registers. Alone in
+ * L1 (a 256-column panel pair, 6 tokens): ~218 GFLOP/s a core against the 16-row tile's 192,
+ * of a 224 FMA peak (Zen 5, /tmp harness, 2026-12-03). */
 EV_AVX512_INLINE void zmm_tile_pair(const int M, const float *x, const float *pw, int kc,
                                     float *y, int64_t ldy, int R, int first, const float *bias) {
     const float *pw1 = pw + (int64_t)kc * PK_NR;
-    __m512 acc[PK_MR][2];
+    __m512 acc[PK_MR][2][2];   /* [token][panel][k phase] */
 #pragma GCC unroll 6
     for (int m = 0; m < M; m++) {
         __builtin_prefetch(y + m * ldy, 1, 3);
         __builtin_prefetch(y + m * ldy + PK_NR, 1, 3);
-        acc[m][0] = acc[m][1] = _mm512_setzero_ps();
+        acc[m][0][0] = acc[m][0][1] = acc[m][1][0] = acc[m][1][1] = _mm512_setzero_ps();
     }
-#pragma GCC unroll 4
-    for (int k = 0; k < kc; k++) {
+    int k = 0;
+#pragma GCC unroll 2
+    for (; k + 2 <= kc; k += 2) {
+#pragma GCC unroll 2
+        for (int p = 0; p < 2; p++) {
+            const __m512 w0 = _mm512_load_ps(pw + (k + p) * PK_NR);
+            const __m512 w1 = _mm512_load_ps(pw1 + (k + p) * PK_NR);
+#pragma GCC unroll 6
+            for (int m = 0; m < M; m++) {
+                const __m512 xb = _mm512_set1_ps(x[(k + p) * PK_MR + m]);
+                acc[m][0][p] = _mm512_fmadd_ps(xb, w0, acc[m][0][p]);
+                acc[m][1][p] = _mm512_fmadd_ps(xb, w1, acc[m][1][p]);
+            }
+        }
+    }
+    if (k < kc) {   /* an odd column count: with the even columns, as zmm_tile */
         const __m512 w0 = _mm512_load_ps(pw + k * PK_NR), w1 = _mm512_load_ps(pw1 + k * PK_NR);
 #pragma GCC unroll 6
         for (int m = 0; m < M; m++) {
             const __m512 xb = _mm512_set1_ps(x[k * PK_MR + m]);
-            acc[m][0] = _mm512_fmadd_ps(xb, w0, acc[m][0]);
-            acc[m][1] = _mm512_fmadd_ps(xb, w1, acc[m][1]);
+            acc[m][0][0] = _mm512_fmadd_ps(xb, w0, acc[m][0][0]);
+            acc[m][1][0] = _mm512_fmadd_ps(xb, w1, acc[m][1][0]);
         }
     }
     const __mmask16 mask1 = avx512_mask16(R - PK_NR);
 #pragma GCC unroll 6
     for (int m = 0; m < M; m++) {
-        avx512_store_y(y + m * ldy, (__mmask16)0xffff, acc[m][0], bias, first);
-        avx512_store_y(y + m * ldy + PK_NR, mask1, acc[m][1], bias ? bias + PK_NR : NULL, first);
+        avx512_store_y(y + m * ldy, (__mmask16)0xffff,
+                       _mm512_add_ps(acc[m][0][0], acc[m][0][1]), bias, first);
+        avx512_store_y(y + m * ldy + PK_NR, mask1, _mm512_add_ps(acc[m][1][0], acc[m][1][1]),
+                       bias ? bias + PK_NR : NULL, first);
     }
 }
 
-#define ZMM_TILE_PAIR(M)                                                                     \
-    EV_AVX512 __attribute__((noinline)) static void zmm_tile_pair_##M(                       \
-        const float *x, const float *pw, int kc, float *y, int64_t ldy, int R, int first,    \
-        const float *bias) {                                                                \
-        zmm_tile_pair(M, x, pw, kc, y, ldy, R, first, bias);                                \
-    }
-ZMM_TILE_PAIR(1)
-ZMM_TILE_PAIR(2)
-ZMM_TILE_PAIR(3)
-ZMM_TILE_PAIR(4)
-ZMM_TILE_PAIR(5)
-ZMM_TILE_PAIR(6)
-#undef ZMM_TILE_PAIR
+EV_GEMM_DQ_TILES(EV_AVX512, zmm_tile, zmm_tile)
+EV_GEMM_DQ_TILES(EV_AVX512, zmm_tile_pair, zmm_tile_pair)
 
+const ev_gemm_dq_tile_fn ev_avx512_dq_tiles[EV_GEMM_MR + 1] = {
+    NULL, zmm_tile_1, zmm_tile_2, zmm_tile_3, zmm_tile_4, zmm_tile_5, zmm_tile_6};
 const ev_gemm_dq_tile_fn ev_avx512_dq_pair_tiles[EV_GEMM_MR + 1] = {
     NULL, zmm_tile_pair_1, zmm_tile_pair_2, zmm_tile_pair_3, zmm_tile_pair_4, zmm_tile_pair_5,
     zmm_tile_pair_6};
