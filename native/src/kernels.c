@@ -360,6 +360,13 @@ static inline void next_chunk_step(next_chunk *nx) {
  *   prefetched weights: at 128 tokens the F16 pack waited on DRAM, 13.6 % of a prefill.
  * - More tokens: blocks of MC tokens (240 KiB, L2), repacked once per K chunk and NC rows, so
  *   NC is large (1024 rows, the panels 1 MiB) to repack them seldom. */
+/* tokens [t0, t1) into micro-tiles: the set's packer, or the portable loop */
+static void pack_block(float *xp, const ev_gemm_args *a, int64_t t0, int64_t t1, int64_t k0,
+                       int kc, const ev_gemm_dq_ops *ops) {
+    if (ops->pack_x) ops->pack_x(xp, a, t0, t1, k0, kc);
+    else pack_tokens(xp, a, t0, t1, k0, kc);
+}
+
 void ev_gemm_dq_run(const ev_gemm_args *a, int64_t r0, int64_t r1, const ev_gemm_dq_ops *ops) {
     enum { KC = EV_GEMM_KC, NR = EV_GEMM_NR, MR = EV_GEMM_MR,
            MC = EV_GEMM_MC / EV_GEMM_MR * EV_GEMM_MR };
@@ -370,10 +377,7 @@ void ev_gemm_dq_run(const ev_gemm_args *a, int64_t r0, int64_t r1, const ev_gemm
     next_chunk nx;
     for (int64_t k0 = 0; k0 < a->n_in; k0 += KC) {
         const int kc = (int)(a->n_in - k0 < KC ? a->n_in - k0 : KC);
-        if (one_block) {
-            if (ops->pack_x) ops->pack_x(xp, a, 0, a->n_tok, k0, kc);
-            else pack_tokens(xp, a, 0, a->n_tok, k0, kc);
-        }
+        if (one_block) pack_block(xp, a, 0, a->n_tok, k0, kc, ops);
         for (int64_t jc = r0; jc < r1; jc += nc) {
             const int64_t jc1 = jc + nc < r1 ? jc + nc : r1;
             for (int64_t r = jc; r < jc1; r += NR)
@@ -382,9 +386,7 @@ void ev_gemm_dq_run(const ev_gemm_args *a, int64_t r0, int64_t r1, const ev_gemm
                             (jc1 - jc + NR - 1) / NR * ((a->n_tok + MR - 1) / MR));
             for (int64_t t0 = 0; t0 < a->n_tok; t0 += mc) {
                 const int64_t t1 = t0 + mc < a->n_tok ? t0 + mc : a->n_tok;
-                if (one_block) { /* packed above */ }
-                else if (ops->pack_x) ops->pack_x(xp, a, t0, t1, k0, kc);
-                else pack_tokens(xp, a, t0, t1, k0, kc);
+                if (!one_block) pack_block(xp, a, t0, t1, k0, kc, ops);
                 for (int64_t r = jc; r < jc1;) {
                     /* two panels at a time where the set has a pair tile and 17+ rows are left */
                     const int pair = ops->pair && jc1 - r > NR;
