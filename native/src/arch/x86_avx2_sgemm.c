@@ -33,14 +33,7 @@ EV_AVX2_INLINE void dq_row(const int type, const uint8_t *row, int64_t k0, int k
     case EV_TYPE_F32:
         memcpy(dst, (const float *)row + k0, sizeof(float) * (size_t)kc);
         return;
-    case EV_TYPE_F16:
-        for (; k + 8 <= kc; k += 8) _mm256_storeu_ps(dst + k, avx2_load8_f16((const ev_fp16 *)row + k0 + k));
-        for (; k < kc; k++) dst[k] = ev_fp16_to_f32(((const ev_fp16 *)row)[k0 + k]);
-        return;
-    case EV_TYPE_BF16:
-        for (; k + 8 <= kc; k += 8) _mm256_storeu_ps(dst + k, avx2_load8_bf16((const ev_bf16 *)row + k0 + k));
-        for (; k < kc; k++) dst[k] = ev_bf16_to_f32(((const ev_bf16 *)row)[k0 + k]);
-        return;
+    /* F16/BF16: pk_pack_half, without this float round trip */
     case EV_TYPE_Q8_0: {
         const ev_block_q8_0 *b = (const ev_block_q8_0 *)row + k0 / EV_QK;
         for (; k < kc; k += EV_QK, b++) {
