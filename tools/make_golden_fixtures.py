@@ -33,8 +33,8 @@ so that the video ``smart_resize`` keeps their size, where torchvision's ``resiz
 returns its input unchanged; any other size raises) and ``normalize`` (a line-for-line port of
 ``torchvision.transforms.v2.functional.normalize_image``: ``(x - 127.5) / 127.5`` in float32,
 the fused rescale+normalise). Frame sampling, ``smart_resize``, ``patchify``, the timestamps and
-the 5.x prompt layout (``<|vision_start|>`` + per group ``<t seconds><|vision_start|>pads
-<|vision_end|>`` + ``<|vision_end|>``, spec §6) are all transformers' own code, driven through
+the prompt layout (per group ``<t seconds><|vision_start|>pads<|vision_end|>``, no outer pair
+since transformers 5.25, spec §6) are all transformers' own code, driven through
 ``Qwen3VLProcessor.__call__``.
 
 Usage: ``python tools/make_golden_fixtures.py [--models DIR] [--out DIR] [--only NAME]``.

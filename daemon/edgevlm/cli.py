@@ -124,7 +124,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"edgevlm run: loading {args.model} ...", file=sys.stderr)
         engine = Engine.load(args.model, threads=args.threads, context=args.context,
                              precision=args.precision)
-        print(f"edgevlm run: loaded {engine.name} in {engine.load_ms:.0f} ms", file=sys.stderr)
+        print(f"edgevlm run: loaded {engine.name} in {engine.load_ms:.0f} ms "
+              f"(precision {engine.precision})", file=sys.stderr)
         stream = None if args.json else (lambda t: (sys.stdout.write(t), sys.stdout.flush()))
         params: dict[str, Any] = {"temperature": args.temperature, "seed": args.seed,
                                   "on_text": stream, "want_logits": bool(args.logits_out)}
@@ -185,9 +186,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context", type=int, default=4096,
                    help="context size in tokens: prompt + image tokens + max tokens (default "
                    "4096)")
-    p.add_argument("--precision", choices=["exact", "fast"], default="exact",
-                   help="prefill/vision arithmetic: exact (default) or fast (llama.cpp's "
-                   "rounding of activations, faster on AVX-512 and ARM dot-product)")
+    p.add_argument("--precision", choices=["auto", "exact", "fast"], default="auto",
+                   help="prefill/vision arithmetic: exact (within ~1e-5 of float32), fast "
+                   "(llama.cpp's rounding of activations, faster on AVX-512 and ARM "
+                   "dot-product) or auto (default: fast for K-quant and IQ4 weights, "
+                   "exact otherwise)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--logits-out", metavar="FILE.npy",
                    help="write float32 [steps, vocab] logits of every generated step")

@@ -235,7 +235,7 @@ def add_mqtt_commands(sub: Any) -> None:
     p.add_argument("--threads", type=int, help="model.threads: inference threads (default 4)")
     p.add_argument("--context", type=int, help="model.context: tokens of prompt + images + "
                    "answer (default 4096)")
-    p.add_argument("--precision", choices=["exact", "fast"], help="model.precision")
+    p.add_argument("--precision", choices=["auto", "exact", "fast"], help="model.precision")
     p.add_argument("--max-queue", type=int, help="limits.max_queue: requests waiting before "
                    "answers are busy (default 8)")
     p.add_argument("--no-discovery", action="store_true", help="no Home Assistant discovery")

@@ -78,10 +78,11 @@ class ModelConfig(_Section):
                                "another family refuses to start")
     threads: int = Field(default=4, ge=1, le=256)
     context: int = Field(default=4096, ge=256, le=262144)
-    precision: Literal["exact", "fast"] = Field(
-        default="exact", description="arithmetic of prefill and the vision tower: exact "
-        "(within ~1e-5 of float32) or fast (activations rounded as llama.cpp does where the "
-        "CPU makes that faster, e.g. AVX-512: ~1.5-2x the prefill speed)")
+    precision: Literal["auto", "exact", "fast"] = Field(
+        default="auto", description="arithmetic of prefill and the vision tower: exact "
+        "(within ~1e-5 of float32), fast (activations rounded as llama.cpp does where the "
+        "CPU makes that faster, e.g. AVX-512: ~1.5-2x the prefill speed) or auto (fast for "
+        "K-quant and IQ4 weights, exact for F32/F16/BF16/Q8_0/Q4_0)")
     min_pixels: int | None = Field(default=None, ge=1, description="smallest size an image "
                                    "is resized to (raised to at least the model's minimum); "
                                    "a request's mm_processor_kwargs.min_pixels wins")

@@ -83,7 +83,8 @@ def load_engine(config: Config) -> Engine:
                          family=config.model.family, precision=config.model.precision)
     directory = Path(config.cache.dir).expanduser() if config.cache.dir else None
     engine.cache = VisionCache(config.cache.max_bytes, directory, engine.facts.fingerprint)
-    log.info("loaded %s in %.0f ms", engine.name, engine.load_ms)
+    log.info("loaded %s in %.0f ms (precision %s)", engine.name, engine.load_ms,
+             engine.precision)
     return engine
 
 

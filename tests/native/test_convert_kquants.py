@@ -292,6 +292,19 @@ def test_the_converted_model_answers_and_its_logits_match_its_weights_in_f32(
     assert rel < LOGIT_BOUND[mix], rel
 
 
+@pytest.mark.parametrize(("text_type", "want"), [("q4_k_m", "fast"), ("iq4_xs", "fast"),
+                                                 ("q8_0", "exact"), ("f32", "exact")])
+def test_precision_auto_is_fast_for_k_quant_and_iq4_weights_only(
+        converted: Any, text_type: str, want: str) -> None:
+    out = converted("wide", text_type)
+    auto = Engine.load(out, threads=1, context=64, precision="auto")
+    assert auto.precision == want
+    chosen = Engine.load(out, threads=1, context=64, precision=want)
+    messages = [{"role": "user", "content": "Is anyone at the door?"}]
+    assert (auto.generate(messages, max_tokens=6, temperature=0.0).tokens
+            == chosen.generate(messages, max_tokens=6, temperature=0.0).tokens)
+
+
 FALLBACK = {  # ffn_down rows of 320 values: (wanted at layer 0, stored), (elsewhere, stored)
     "q4_k_m": {Q.Q6_K: Q.Q8_0, Q.Q4_K: Q.Q5_0},
     "q5_k_m": {Q.Q6_K: Q.Q8_0, Q.Q5_K: Q.Q5_1},

@@ -115,13 +115,15 @@ def test_precision_selects_the_kernel_mode_and_refuses_unknown_names(
     engine = engines[MODELS[0]]
     assert engine.precision == "exact"
     text = engine.files.text.parent
+    # auto on F32 weights is exact (K-quant weights: tests/native/test_convert_kquants.py)
+    assert Engine.load(text, threads=1, context=64, precision="auto").precision == "exact"
     fast = Engine.load(text, threads=1, context=64, precision="fast")
     assert fast.precision == "fast"
     messages = [{"role": "user", "content": "Hello"}]
     # an F32 model: both precisions run the same float kernels
     assert (fast.generate(messages, max_tokens=3, temperature=0.0).tokens
             == engine.generate(messages, max_tokens=3, temperature=0.0).tokens)
-    with pytest.raises(ValueError, match="unknown precision 'turbo'; use one of exact, fast"):
+    with pytest.raises(ValueError, match="unknown precision 'turbo'; use one of auto, exact, fast"):
         Engine.load(text, threads=1, context=64, precision="turbo")
 
 

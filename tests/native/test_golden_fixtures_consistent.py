@@ -136,7 +136,10 @@ def test_committed_fixtures_fit_the_size_budget() -> None:
 
 
 def expanded_prompt(model: str, meta: dict[str, Any], a: dict[str, Array]) -> str:
-    """The chat-template prompt with placeholders expanded the transformers 5.x way (§5, §6)."""
+    """The chat-template prompt with placeholders expanded the transformers >= 5.25 way (§5,
+    §6): an image pad becomes its pads; a video's whole ``<|vision_start|><|video_pad|>
+    <|vision_end|>`` becomes, per temporal group, ``<t seconds><|vision_start|>pads
+    <|vision_end|>`` (no outer pair; ``processing_qwen3_vl.py: get_text_with_replacements``)."""
     merge = config(model)["vision_config"]["spatial_merge_size"] ** 2
     images = iter(grids(a, "image_grid_thw"))
     videos = iter(zip(grids(a, "video_grid_thw"), meta.get("video_timestamps", []), strict=True))
@@ -144,7 +147,7 @@ def expanded_prompt(model: str, meta: dict[str, Any], a: dict[str, Array]) -> st
     for i, piece in enumerate(meta["prompt"].split(IMAGE_PAD)):
         if i:
             out.append(IMAGE_PAD * (math.prod(next(images)) // merge))
-        for j, part in enumerate(piece.split(VIDEO_PAD)):
+        for j, part in enumerate(piece.split(VISION_START + VIDEO_PAD + VISION_END)):
             if j:
                 (t, h, w), stamps = next(videos)
                 assert len(stamps) == t

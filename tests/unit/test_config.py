@@ -77,7 +77,7 @@ colour: red
     assert any(p.startswith("limits.limit_mm_per_prompt = {'imagez': 3} (line 6): unknown "
                             "modality 'imagez'; valid modalities are image, video, audio")
                for p in problems)
-    assert ("model.precision = 'turbo' (line 4): Input should be 'exact' or 'fast'"
+    assert ("model.precision = 'turbo' (line 4): Input should be 'auto', 'exact' or 'fast'"
             in problems)
     assert "limits.max_queue = -1 (line 8): Input should be greater than or equal to 1" in problems
     assert any(p.startswith("cache.max_bytes = 'lots' (line 10): not a size") for p in problems)

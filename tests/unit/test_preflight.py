@@ -102,7 +102,7 @@ def test_video_counts_groups_timestamps_and_markers() -> None:
     t, gh, gw = item.detail["grid"]
     per_group = gh * gw // 4
     ts_tokens = sum(ByteCountTokenizer().count(ts) for ts in item.detail["timestamps"])
-    assert item.tokens == t * per_group + 2 + 2 * t + ts_tokens
+    assert item.tokens == t * per_group + 2 * t + ts_tokens  # a marker pair per group
 
 
 def test_frames_of_different_sizes_are_refused_before_decoding() -> None:

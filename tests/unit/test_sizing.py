@@ -268,7 +268,7 @@ def test_video_tokens_of_five_vga_frames() -> None:
     assert (video.resized_width, video.resized_height, video.num_frames) == (640, 480, 6)
     assert video.grid == (3, 30, 40)
     assert (video.tokens_per_group, video.vision_tokens) == (300, 900)
-    assert video.marker_tokens == 8  # outer pair + a pair per temporal group
+    assert video.marker_tokens == 6  # a pair per temporal group, no outer pair
     assert video.timestamps == ("<0.2 seconds>", "<1.2 seconds>", "<2.0 seconds>")
 
 

@@ -44,6 +44,7 @@ from .model import (
     special_tokens,
 )
 from .prompt import PromptInputs, PromptMedia
+from .quantisation import auto_precision
 from .session import NativeSession
 from .stopping import StopChecker
 
@@ -90,7 +91,8 @@ def _normalise_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, An
 # exact: within ~1e-5 of float32 (the default); fast: activations rounded as llama.cpp does
 # (Q8_0 for Q8_0/Q4_0 weights, bf16 for BF16) where the CPU makes that faster (AVX-512;
 # ARM dot-product for Q8_0/Q4_0), ~1.5-2x the prefill speed there; decode is the same in both.
-PRECISIONS = {"exact": "best", "fast": "fast"}
+# precision -> the session's kernel set; "auto" is resolved per model (quantisation.py)
+PRECISIONS = {"auto": "", "exact": "best", "fast": "fast"}
 
 
 def _prefault_files(model: NativeModel) -> None:
@@ -142,8 +144,8 @@ class Engine:
             patch = self.family.patch_size
             max_patches = (-(-biggest // (patch * patch)) + 3) // 4 * 4
         self.session = NativeSession(self.model, context, threads, batch, kv_type, max_patches)
-        self.precision = precision
-        self.session.use_kernels(PRECISIONS[precision])
+        self.precision = auto_precision(self.model) if precision == "auto" else precision
+        self.session.use_kernels(PRECISIONS[self.precision])
         self.context = context
         self.facts = ModelFacts(
             fingerprint=fingerprint(self.model), hidden_size=int(info["n_embd"]),

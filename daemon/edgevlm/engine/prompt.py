@@ -2,8 +2,11 @@
 positions (transformers' ``get_rope_index``), and the vision rows that replace the pads.
 
 Image k becomes ``<|vision_start|>`` + n_k × ``<|image_pad|>`` + ``<|vision_end|>``. A video
-uses the transformers ≥ 5.10 layout: ``<|vision_start|>`` then, per temporal group,
-``<t seconds>`` ``<|vision_start|>`` pads ``<|vision_end|>``, then ``<|vision_end|>``.
+becomes, per temporal group, ``<t seconds>`` ``<|vision_start|>`` pads ``<|vision_end|>`` with
+no outer pair: the layout of transformers 4.57 (Qwen3-VL's release) and ≥ 5.25, whose
+``Qwen3VLProcessor.get_text_with_replacements`` collapses the chat template's
+``<|vision_start|><|video_pad|><|vision_end|>`` before expanding it (5.10–5.24 kept the outer
+pair: 2 tokens more per video).
 Positions: text tokens advance all three axes together; the pads of one group (one image, or
 one temporal group of a video) with merged grid gh × gw take ``(p, p + row, p + col)`` and
 advance p by ``max(gh, gw)``. ``rope_delta = max(position) + 1 − length`` shifts decoding.
@@ -61,12 +64,11 @@ def _media_tokens(media: PromptMedia, special: SpecialTokens, tok: HFTokenizer
     if len(media.timestamps) != gt:
         raise ValueError(f"video with {gt} temporal groups has {len(media.timestamps)} "
                          "timestamps")
-    runs: list[tuple[list[int], tuple[int, int] | None]] = [([special.vision_start], None)]
+    runs: list[tuple[list[int], tuple[int, int] | None]] = []
     for ts in media.timestamps:
         runs.append(([*tok.encode(ts), special.vision_start], None))
         runs.append(([special.video_pad] * (gh * gw), (gh, gw)))
         runs.append(([special.vision_end], None))
-    runs.append(([special.vision_end], None))
     return runs
 
 

@@ -215,14 +215,12 @@ def image_tokens(width: int, height: int, family: Family, min_pixels: int | None
 class VideoTokens:
     """Resized size, patch grid, token counts and timestamps of one video.
 
-    Prompt layout (transformers >= 5.10, spec §6; 4.57 lacks the outer pair)::
+    Prompt layout (transformers 4.57 and >= 5.25, spec §6; 5.10-5.24 added an outer pair)::
 
-        <|vision_start|>
-          per temporal group g: <ts_g> <|vision_start|> <|video_pad|> x tokens_per_group
-                                <|vision_end|>
-        <|vision_end|>
+        per temporal group g: <ts_g> <|vision_start|> <|video_pad|> x tokens_per_group
+                              <|vision_end|>
 
-    so ``marker_tokens = 2 + 2 * groups``; the timestamp strings are ordinary text whose token
+    so ``marker_tokens = 2 * groups``; the timestamp strings are ordinary text whose token
     count depends on the tokenizer.
     """
 
@@ -273,7 +271,7 @@ def video_tokens(num_frames: int, width: int, height: int, fps: float, family: F
     per_group = grid[1] * grid[2] // family.merge_size**2
     timestamps = group_timestamps(num_frames, fps, temporal)
     return VideoTokens(resized_w, resized_h, padded, grid, per_group, per_group * grid[0],
-                       timestamps, VISION_MARKERS_PER_ITEM * (1 + grid[0]))
+                       timestamps, VISION_MARKERS_PER_ITEM * grid[0])
 
 
 @dataclass(frozen=True)
