@@ -353,12 +353,14 @@ static void test_matmul_against_double_reference(void) {
     const int n_sets = 1 + simd_sets(sets + 1);
     ev_pool *pools[2] = {ev_pool_new(1), ev_pool_new(3)};
     CHECK(pools[0] && pools[1]);
-    /* 5: the integer products' few-token range; 250: two token blocks (EV_GEMM_MC) */
+    /* 5: the integer products' few-token range; 250 = 41 x EV_GEMM_MR + 4: a micro-tile tail */
     const int64_t toks[] = {1, 3, 5, 17, 64, 101, 250};
     const struct { int64_t n_out, n_in, max_tok; } shapes[] = {
         {1, 32, 250}, {5, 64, 250}, {37, 96, 250}, {64, 256, 250}, {130, 2112, 250},
         {20, 6144, 250},
-        {1100, 288, 250},   /* more rows than EV_GEMM_NC on one thread, a K tail of 32 */
+        {100, 288, 250},    /* row chunks of EV_GEMM_NC_ONE_BLOCK and a tail, a K tail of 32
+                               (more rows than EV_GEMM_NC, past EV_GEMM_ONE_BLOCK tokens:
+                               the token-block check below) */
         {40, 768, 250},     /* 256-element blocks: three K chunks of one super-block each */
         {1030, 512, 17},    /* and more rows than EV_GEMM_NC (one token block is enough:
                                250 tokens here were most of this test's time) */
