@@ -299,16 +299,17 @@ static void test_tables_complete(const ev_kernels *sets[], int n_sets) {
             CHECK_MSG(tr->type == EV_TYPE_BF16 || !k->gemm_bf16x[tr->type],
                       "%s has a bf16 product for %s", k->name, tr->name);
             /* the register-blocked few-token kernels of the SIMD sets exist for the five
-             * types they were written for, and the AVX-512 decode row kernels for Q4_K and
-             * Q6_K (x86_avx512_kgemv.c; compared below, n_tok = 1); of the K-quants and IQ4
+             * types they were written for, and the AVX-512 decode row kernels for Q4_K, Q6_K
+             * and IQ4_XS (x86_avx512_kgemv.c; compared below, n_tok = 1, and in
+             * test_kquants_simd.c); of the K-quants and IQ4
              * a set has exactly the vec_dot kernels K_DOTS lists (each compared with the
              * scalar one below and in test_kquants.c), the others are the scalar set's */
             if (tr->type != EV_TYPE_F32 && tr->type != EV_TYPE_F16 && tr->type != EV_TYPE_BF16 &&
                 tr->type != EV_TYPE_Q8_0 && tr->type != EV_TYPE_Q4_0) {
                 const int own = k->vec_dot[tr->type] != ev_kernels_scalar()->vec_dot[tr->type];
                 const int gemm_ok = !k->gemm[tr->type] ||
-                                    ((tr->type == EV_TYPE_Q4_K || tr->type == EV_TYPE_Q6_K) &&
-                                     own);
+                                    ((tr->type == EV_TYPE_Q4_K || tr->type == EV_TYPE_Q6_K ||
+                                      tr->type == EV_TYPE_IQ4_XS) && own);
                 CHECK_MSG(gemm_ok && own == has_k_dot(k, tr->type),
                           "%s %s a SIMD vec_dot for %s", k->name, own ? "claims" : "lacks",
                           tr->name);

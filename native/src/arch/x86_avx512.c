@@ -45,6 +45,7 @@ static void build(void) {
     AVX512.gemm[EV_TYPE_BF16] = ev_avx512_gemm_bf16;
     AVX512.gemm[EV_TYPE_Q4_K] = ev_avx512_gemm_q4_K;
     AVX512.gemm[EV_TYPE_Q6_K] = ev_avx512_gemm_q6_K;
+    AVX512.gemm[EV_TYPE_IQ4_XS] = ev_avx512_gemm_iq4_xs;
     AVX512_FAST = AVX512;
     AVX512_FAST.name = "avx512-vnni-fast";
     AVX512_FAST.gemm_q8x[EV_TYPE_Q8_0] = ev_avx512_gemm_q8x_q8_0;

@@ -80,10 +80,11 @@ void ev_avx512_quantize_i16(const float *x, int16_t *q, float *d, int64_t n);
 void ev_avx512_gemm_f16(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx512_gemm_bf16(const ev_gemm_args *a, int64_t r0, int64_t r1);
 
-/* decode against Q4_K and Q6_K weights (one token of Q8_K activations, prepared once per call; more
- * tokens: the AVX2 vec_dot per pair) of x86_avx512_kgemv.c */
+/* decode against Q4_K, Q6_K and IQ4_XS weights (one token of Q8_K activations, prepared once per
+ * call; more tokens: the AVX2 vec_dot per pair) of x86_avx512_kgemv.c */
 void ev_avx512_gemm_q4_K(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx512_gemm_q6_K(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx512_gemm_iq4_xs(const ev_gemm_args *a, int64_t r0, int64_t r1);
 
 /* gemm_dq on 512-bit tiles (x86_avx512_sgemm.c) over the AVX2 set's panels: one per weight
  * type the AVX2 set dequantises with SIMD (x86_avx2_sgemm.c), and by_table for the rest */
