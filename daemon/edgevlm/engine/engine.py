@@ -88,11 +88,13 @@ def _normalise_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, An
 
 
 # Arithmetic of the many-token products (prefill, the vision tower) -> the kernel mode.
-# exact: within ~1e-5 of float32 (the default); fast: activations rounded as llama.cpp does
-# (Q8_0 for Q8_0/Q4_0 weights, bf16 for BF16) where the CPU makes that faster (AVX-512;
-# ARM dot-product for Q8_0/Q4_0), ~1.5-2x the prefill speed there; decode is the same in both.
-# precision -> the session's kernel set; "auto" is resolved per model (quantisation.py)
-PRECISIONS = {"auto": "", "exact": "best", "fast": "fast"}
+# exact: within ~1e-5 of float32 (Engine's default); fast: activations rounded as llama.cpp
+# does (Q8_0 for Q8_0/Q4_0 weights, bf16 for BF16, int8 blocks for the K-quants/IQ4) where the
+# CPU makes that faster (AVX-512; ARM dot-product for Q8_0/Q4_0), ~1.5-2x the prefill speed
+# there; decode is the same in both. Precision name -> the session's kernel mode.
+PRECISIONS = {"exact": "best", "fast": "fast"}
+# auto (the daemon's and `edgevlm run`'s default): fast for K-quant/IQ4 weights, else exact
+PRECISION_NAMES = ("auto", *PRECISIONS)
 
 
 def _prefault_files(model: NativeModel) -> None:
@@ -110,9 +112,9 @@ class Engine:
                  progress: Callable[[str], None] | None = None,
                  precision: str = "exact", min_pixels: int | None = None,
                  family: str | None = None) -> None:
-        if precision not in PRECISIONS:
+        if precision not in PRECISION_NAMES:
             raise ValueError(f"unknown precision {precision!r}; use one of "
-                             f"{', '.join(PRECISIONS)}")
+                             f"{', '.join(PRECISION_NAMES)}")
         t0 = time.perf_counter()
         self.model = NativeModel(files)
         self.files = files
