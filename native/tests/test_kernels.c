@@ -356,7 +356,8 @@ static void test_matmul_against_double_reference(void) {
     /* 5: the integer products' few-token range; 250 = 41 x EV_GEMM_MR + 4: a micro-tile tail */
     const int64_t toks[] = {1, 3, 5, 17, 64, 101, 250};
     const struct { int64_t n_out, n_in, max_tok; } shapes[] = {
-        {1, 32, 250}, {5, 64, 250}, {37, 96, 250}, {64, 256, 250}, {130, 2112, 250},
+        {1, 32, 250}, {5, 64, 250}, {37, 96, 250}, {64, 256, 250},
+        {130, 2112, 101},   /* 8 K chunks of 256 and a tail of 64 (250 tokens: the others) */
         {20, 6144, 250},
         {100, 288, 250},    /* row chunks of EV_GEMM_NC_ONE_BLOCK and a tail, a K tail of 32
                                (more rows than EV_GEMM_NC, past EV_GEMM_ONE_BLOCK tokens:
