@@ -36,6 +36,17 @@
 
 #define K4_GX_MAX_SB 128   /* n_in <= 32768 (the rearranged activations: 35 KiB of stack) */
 
+/* More than one token, or rows longer than the prepared activations hold: the AVX2 vec_dot
+ * per (token, row), as ev_matmul's generic path. */
+static void gemm_per_pair(const ev_gemm_args *a, int64_t r0, int64_t r1, ev_vec_dot_fn dot) {
+    for (int64_t t = 0; t < a->n_tok; t++)
+        for (int64_t r = r0; r < r1; r++) {
+            float v;
+            dot(a->n_in, &v, a->w + r * a->w_stride, a->x + t * a->x_stride);
+            a->y[t * a->n_out + r] = v + (a->bias ? a->bias[r] : 0.0f);
+        }
+}
+
 /* One token's Q8_K activations in the order the row kernel reads them. */
 typedef struct k4_gx {
     /* [super-block][register j][64]: j = 0: x[0..31] | x[64..95], 1: x[32..63] | x[96..127],
@@ -121,12 +132,7 @@ EV_AVX512 void ev_avx512_gemm_q4_K(const ev_gemm_args *a, int64_t r0, int64_t r1
         }
         return;
     }
-    for (int64_t t = 0; t < a->n_tok; t++)
-        for (int64_t r = r0; r < r1; r++) {
-            float v;
-            ev_avx2_vec_dot_q4_K_q8_K(a->n_in, &v, a->w + r * a->w_stride, a->x + t * a->x_stride);
-            a->y[t * a->n_out + r] = v + (a->bias ? a->bias[r] : 0.0f);
-        }
+    gemm_per_pair(a, r0, r1, ev_avx2_vec_dot_q4_K_q8_K);
 }
 
 /* ---- Q6_K -------------------------------------------------------------------------------- */
@@ -194,12 +200,7 @@ EV_AVX512 void ev_avx512_gemm_q6_K(const ev_gemm_args *a, int64_t r0, int64_t r1
         }
         return;
     }
-    for (int64_t t = 0; t < a->n_tok; t++)
-        for (int64_t r = r0; r < r1; r++) {
-            float v;
-            ev_avx2_vec_dot_q6_K_q8_K(a->n_in, &v, a->w + r * a->w_stride, a->x + t * a->x_stride);
-            a->y[t * a->n_out + r] = v + (a->bias ? a->bias[r] : 0.0f);
-        }
+    gemm_per_pair(a, r0, r1, ev_avx2_vec_dot_q6_K_q8_K);
 }
 
 /* ---- IQ4_XS ------------------------------------------------------------------------------ */
@@ -297,12 +298,7 @@ EV_AVX512 void ev_avx512_gemm_iq4_xs(const ev_gemm_args *a, int64_t r0, int64_t 
         }
         return;
     }
-    for (int64_t t = 0; t < a->n_tok; t++)
-        for (int64_t r = r0; r < r1; r++) {
-            float v;
-            ev_avx2_vec_dot_iq4_xs_q8_K(a->n_in, &v, a->w + r * a->w_stride, a->x + t * a->x_stride);
-            a->y[t * a->n_out + r] = v + (a->bias ? a->bias[r] : 0.0f);
-        }
+    gemm_per_pair(a, r0, r1, ev_avx2_vec_dot_iq4_xs_q8_K);
 }
 
 #endif
