@@ -57,6 +57,16 @@ typedef struct k4_gx {
     float d[K4_GX_MAX_SB];                          /* the super-block's d_x */
 } k4_gx;
 
+/* Super-block i's sub-block sums (sum32) and d_x: bsums are sums of 16, neighbours added
+ * (|sum| <= 32 x 128, an int16). */
+EV_AVX512_INLINE void k_gx_sums(const ev_block_q8_K *x, int64_t i, k4_gx *px) {
+    const __m256i b16 = _mm256_loadu_si256((const __m256i *)x[i].bsums);
+    const __m256i b32 = _mm256_madd_epi16(b16, _mm256_set1_epi16(1));   /* 8 int32 */
+    _mm_store_si128((__m128i *)px->sum32[i],
+            _mm_packs_epi32(_mm256_castsi256_si128(b32), _mm256_extracti128_si256(b32, 1)));
+    px->d[i] = x[i].d;
+}
+
 EV_AVX512_INLINE void k4_gx_prepare(const ev_block_q8_K *x, int64_t nsb, k4_gx *px) {
     for (int64_t i = 0; i < nsb; i++) {
         for (int j = 0; j < 4; j++) {
@@ -65,12 +75,7 @@ EV_AVX512_INLINE void k4_gx_prepare(const ev_block_q8_K *x, int64_t nsb, k4_gx *
             _mm256_store_si256((__m256i *)(px->x[i][j] + 32),
                                _mm256_loadu_si256((const __m256i *)(src + 64)));
         }
-        /* bsums are sums of 16: add neighbours (|sum| <= 32 x 127, an int16) */
-        const __m256i b16 = _mm256_loadu_si256((const __m256i *)x[i].bsums);
-        const __m256i b32 = _mm256_madd_epi16(b16, _mm256_set1_epi16(1));   /* 8 int32 */
-        _mm_store_si128((__m128i *)px->sum32[i],
-                        _mm_packs_epi32(_mm256_castsi256_si128(b32), _mm256_extracti128_si256(b32, 1)));
-        px->d[i] = x[i].d;
+        k_gx_sums(x, i, px);
     }
 }
 
@@ -217,11 +222,7 @@ EV_AVX512_INLINE void iq4_gx_prepare(const ev_block_q8_K *x, int64_t nsb, k4_gx 
                 _mm_store_si128((__m128i *)(px->x[i][j] + 16 * k),
                                 _mm_loadu_si128((const __m128i *)(x[i].qs + 128 * (j / 2) + 32 * k +
                                                                   16 * (j % 2))));
-        const __m256i b16 = _mm256_loadu_si256((const __m256i *)x[i].bsums);
-        const __m256i b32 = _mm256_madd_epi16(b16, _mm256_set1_epi16(1));   /* 8 int32 */
-        _mm_store_si128((__m128i *)px->sum32[i],
-                        _mm_packs_epi32(_mm256_castsi256_si128(b32), _mm256_extracti128_si256(b32, 1)));
-        px->d[i] = x[i].d;
+        k_gx_sums(x, i, px);
     }
 }
 
