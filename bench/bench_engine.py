@@ -63,8 +63,10 @@ pair and S×S image, its time "mtmd batch encoding done in N ms" from its log
 (``engine_llama_mtmd.py``). Both run under ``--isa avx2`` (the bindings cannot).
 ``--engines ...,transformers`` adds transformers (bf16 safetensors checkpoint, sdpa, torch
 threads = --threads) as a third engine in the bf16 rows (slow: ~10 more minutes).
-``--engines edgevlm,edgevlm-fast,...`` adds edgevlm with ``precision="fast"`` (the prefill
-and ViT activations rounded as llama.cpp rounds them, where the CPU has kernels for it).
+``edgevlm`` runs at the default precision, ``auto`` (``fast`` for K-quant and IQ4 weights,
+``exact`` otherwise; the report names what it chose per type); ``--engines
+edgevlm,edgevlm-exact,edgevlm-fast,...`` adds edgevlm at each named precision (``fast``: the
+prefill and ViT activations rounded as llama.cpp rounds them, where the CPU has kernels for it).
 
 edgevlm runs through ``Engine.load(dir, threads, context)`` and its ``NativeSession``
 (``prefill``/``decode``/``encode_vision``), with the daemon's defaults otherwise (KV cache f32,
@@ -133,10 +135,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help=f"the engine stage's subset of {','.join(ALL_OPS)} (ppN / tgN / vitS "
                          "also accepted)")
     ap.add_argument("--engines", default="edgevlm,llama.cpp",
-                    help="edgevlm, edgevlm-fast, llama.cpp (the bindings), llama-bench "
-                         "(llama.cpp's own tool; prefill and decode), llama-mtmd (llama.cpp's "
-                         "own llama-mtmd-cli; the vision encoder vitS), transformers (engine "
-                         "stage, bf16 only)")
+                    help="edgevlm (default precision), edgevlm-exact, edgevlm-fast, llama.cpp "
+                         "(the bindings), llama-bench (llama.cpp's own tool; prefill and "
+                         "decode), llama-mtmd (llama.cpp's own llama-mtmd-cli; the vision "
+                         "encoder vitS), transformers (engine stage, bf16 only)")
     ap.add_argument("--isa", default="native", choices=("native", "avx2"),
                     help="native: each engine's best code path for this CPU; avx2: both "
                          "pinned to the AVX2 path on any x86 host (edgevlm with "

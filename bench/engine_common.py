@@ -19,6 +19,9 @@ N_TEXT_TOKENS = 151643  # random ids are drawn from the BPE part of the vocabula
 # short on 2026-12-01 (Q4_0 pp128, AVX-512 host): edgevlm measured 61/101/91 tok/s right after
 # llama.cpp's turn and 107 alone, llama.cpp 88-90; with 1.5 s, 106-112 and 92-94.
 PAUSE_S = 1.5
+# the precision each of edgevlm's bench engines loads with: the default (auto) and the two
+# named ones, side by side when asked
+PRECISION = {"edgevlm": "auto", "edgevlm-exact": "exact", "edgevlm-fast": "fast"}
 # the time-to-first-token request: a 448×448 camera-like image and a 20-token question
 # (20 tokens with the Qwen vocabulary; the demo model's tokenizer counts differently)
 TTFT_QUESTION = ("Is anyone standing at the front door in this picture? Answer yes or no, "

@@ -12,13 +12,17 @@ from typing import Any
 
 from engine_common import PAUSE_S, REPO, cache_root, log, median
 
-# edgevlm-fast: edgevlm with precision "fast" (llama.cpp's rounding of the prefill/ViT
-# activations, where the CPU has kernels for it), compared with the peers like edgevlm
+# edgevlm: edgevlm at its default precision ("auto": fast for K-quant and IQ4 weights, exact
+# otherwise); edgevlm-exact / edgevlm-fast: the named precision ("fast" is llama.cpp's rounding
+# of the prefill/ViT activations, where the CPU has kernels for it), compared like edgevlm
 # llama-bench: llama.cpp's own benchmark tool (engine_llama_bench.py), prefill and decode only
 # llama-mtmd: llama.cpp's own llama-mtmd-cli (engine_llama_mtmd.py), the vision encoder only
-ENGINES = ("edgevlm", "edgevlm-fast", "llama.cpp", "llama-bench", "llama-mtmd", "transformers")
-OURS = ENGINES[:2]
-PEERS = ENGINES[2:]
+ENGINES = ("edgevlm", "edgevlm-exact", "edgevlm-fast", "llama.cpp", "llama-bench", "llama-mtmd",
+           "transformers")
+OURS = ENGINES[:3]
+PEERS = ENGINES[3:]
+# each of ours: its key of speed ratios in a type's report (its precision: engine_common.PRECISION)
+RATIO_KEY = {"edgevlm": "ratios", "edgevlm-exact": "ratios_exact", "edgevlm-fast": "ratios_fast"}
 # the peers that measure some kinds of op only (a ppN / tgN / vitS op's prefix): llama.cpp's
 # tools split them between llama-bench (no vision path) and llama-mtmd-cli
 OP_KINDS = {"llama-bench": ("pp", "tg"), "llama-mtmd": ("vit",)}
@@ -210,9 +214,8 @@ def run_type(qtype: str, gguf: Path, checkpoint: Path, args: argparse.Namespace,
         for w in workers.values():
             w.close()
     check_image_tokens(out, label)
-    # speed ratios edgevlm / peer (> 1: edgevlm faster), pair by pair; "ratios_fast" for
-    # edgevlm-fast
-    for mine, key in (("edgevlm", "ratios"), ("edgevlm-fast", "ratios_fast")):
+    # speed ratios edgevlm / peer (> 1: edgevlm faster), pair by pair, under RATIO_KEY
+    for mine, key in RATIO_KEY.items():
         out[key] = {}
         if mine not in out["engines"]:
             continue

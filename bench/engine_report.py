@@ -12,14 +12,20 @@ import stage_cold
 import stage_threads
 import stage_ttft
 from engine_common import FLOOR, llama_python, log, op_fmt, op_label, op_value
-from engine_driver import ENGINES, OURS, PEERS
+from engine_driver import ENGINES, OURS, PEERS, RATIO_KEY
+
+
+def _auto_names(report: dict[str, Any]) -> str:
+    """What the default precision resolved to, type by type ("q4_k_m fast, f16 exact")."""
+    names = [f"{t['type']} {t['engines']['edgevlm'].get('settings', {}).get('precision', '?')}"
+             for t in report["types"] if "edgevlm" in t["engines"]]
+    return ", ".join(names) or "not run"
 
 
 def markdown(report: dict[str, Any]) -> str:
     m, meta = report["machine"], report["meta"]
     peers = [p for p in PEERS if any(p in t["engines"] for t in report["types"])]
     ours = [o for o in OURS if any(o in t["engines"] for t in report["types"])]
-    ratio_key = {"edgevlm": "ratios", "edgevlm-fast": "ratios_fast"}
     lines = [f"### Qwen3-VL-2B shape, {meta['threads']} threads — {meta['date']}", "",
              f"Machine: {m.get('Model name', '?')}, {m.get('cores')} cores "
              f"({', '.join(m.get('simd', []))}), {m.get('mem_total_gib', '?')} GiB; load "
@@ -49,7 +55,7 @@ def markdown(report: dict[str, Any]) -> str:
             for p in peers:
                 row += f" {op_fmt(eng.get(p, {}).get('ops', {}).get(op), op)} |"
                 for o in ours:
-                    r = t.get(ratio_key[o], {}).get(p, {}).get(op)
+                    r = t.get(RATIO_KEY[o], {}).get(p, {}).get(op)
                     rs = "" if r is None else (f"**{r:.2f}**" if r < FLOOR else f"{r:.2f}")
                     row += f" {rs} |"
             lines.append(row)
@@ -71,9 +77,9 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(row)
     if report["types"]:
         lines += ["", "Ratios are speed ratios edgevlm / peer (> 1: edgevlm faster); **bold**: "
-                  f"below {FLOOR} (issue 6's targets). edgevlm: precision exact (default); "
-                  "edgevlm-fast: precision fast (llama.cpp's rounding of prefill/ViT "
-                  "activations). Vision tower storage: "
+                  f"below {FLOOR} (issue 6's targets). edgevlm: the default precision, auto "
+                  "(" + _auto_names(report) + "); edgevlm-exact, edgevlm-fast: that precision "
+                  "(fast: llama.cpp's rounding of prefill/ViT activations). Vision tower storage: "
                   + ", ".join(f"{t['type']} → {t['vision_type']}" for t in report["types"])
                   + " (transformers: the bf16 checkpoint)." + _peer_notes(peers), ""]
     lines += stage_sections(report)
@@ -155,8 +161,9 @@ def _plot_engine(report: dict[str, Any], path: Path, plt: Any) -> None:
     engines = [e for e in ENGINES if any(e in t["engines"] for t in report["types"])]
     fig, axes = plt.subplots(1, len(ops), figsize=(3.3 * len(ops), 4.0), squeeze=False)
     width = 0.8 / len(engines)
-    colors = {"edgevlm": "#1f77b4", "edgevlm-fast": "#9ecae1", "llama.cpp": "#ff7f0e",
-              "llama-bench": "#d62728", "llama-mtmd": "#fdae6b", "transformers": "#2ca02c"}
+    colors = {"edgevlm": "#1f77b4", "edgevlm-exact": "#6baed6", "edgevlm-fast": "#9ecae1",
+              "llama.cpp": "#ff7f0e", "llama-bench": "#d62728", "llama-mtmd": "#fdae6b",
+              "transformers": "#2ca02c"}
     for ax, op in zip(axes[0], ops, strict=True):
         for k, engine in enumerate(engines):
             xs, vals = [], []

@@ -2,7 +2,7 @@
 """The engine bench's worker process: loads one engine on one model and answers requests.
 
     python bench/engine_workers.py --gguf-dir DIR --threads N --ctx N --batch N
-        --worker edgevlm|edgevlm-fast|llamacpp|llama-bench|llama-mtmd|transformers
+        --worker edgevlm|edgevlm-exact|edgevlm-fast|llamacpp|llama-bench|llama-mtmd|transformers
         [--llama-bin DIR]
 
 Started by :class:`engine_driver.WorkerProc` (edgevlm and transformers with the project's
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from engine_common import (
+    PRECISION,
     TTFT_QUESTION,
     chat_prompt,
     random_image,
@@ -103,9 +104,9 @@ class _EdgevlmWorker(_Worker):
         t0 = time.perf_counter()
         # the engine stage names the worker, the cold-start script the engine
         name = getattr(args, "worker", None) or getattr(args, "engine", "edgevlm")
-        self.precision = "fast" if name == "edgevlm-fast" else "exact"
         self.engine = Engine.load(args.gguf_dir, threads=args.threads, context=args.ctx,
-                                  batch=args.batch, precision=self.precision)
+                                  batch=args.batch, precision=PRECISION.get(name, "auto"))
+        self.precision = self.engine.precision   # auto resolved: "exact" or "fast"
         self.load_ms = (time.perf_counter() - t0) * 1e3
         self.session = self.engine.session
         self.logits = np.empty(self.session.n_vocab, dtype=np.float32)
@@ -521,7 +522,8 @@ class _TransformersWorker(_Worker):
             self.model.model.visual(values, grid_thw=grid)
 
 
-WORKERS = {"edgevlm": _EdgevlmWorker, "edgevlm-fast": _EdgevlmWorker, "llamacpp": _LlamaWorker,
+WORKERS = {"edgevlm": _EdgevlmWorker, "edgevlm-exact": _EdgevlmWorker,
+           "edgevlm-fast": _EdgevlmWorker, "llamacpp": _LlamaWorker,
            "llama-bench": LlamaBenchWorker, "llama-mtmd": LlamaMtmdWorker,
            "transformers": _TransformersWorker}
 

@@ -111,6 +111,7 @@ def test_llama_mtmd_gets_the_vit_ops_and_a_ratio_column() -> None:
     t = {"type": "q4_0", "vision_type": "f16", "ratios_fast": {},
          "engines": {e: {"ops": o, "rss_after_load_mib": 1.0, "peak_rss_mib": 2.0}
                      for e, o in engines.items()}}
+    t["engines"]["edgevlm"]["settings"] = {"precision": "exact"}   # what auto resolved to
     # run_type's ratios: the peer's time / edgevlm's (> 1: edgevlm faster), ms for the ViT too
     t["ratios"] = {p: {op: engines[p][op]["ms"] / ours[op]["ms"] for op in engines[p]}
                    for p in ("llama-bench", "llama-mtmd")}
@@ -124,3 +125,4 @@ def test_llama_mtmd_gets_the_vit_ops_and_a_ratio_column() -> None:
     assert "| q4_0 | ViT 448×448 (ms), 196 tok | 1000 | — |  | 1500 | 1.50 |" in md
     assert "| q4_0 | decode 64 (tok/s) | 32.0 | 64.0 | **0.50** | — |  |" in md
     assert "llama-mtmd: the ViT only" in md
+    assert "edgevlm: the default precision, auto (q4_0 exact)" in md
