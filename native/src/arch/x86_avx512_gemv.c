@@ -1,20 +1,18 @@
 /*
  * x86_avx512_gemv.c - decode (one token) against F16/BF16 weights with 512-bit vectors:
  * y[r] = W[r] . x (+ bias[r]) for one thread's rows [r0, r1), float32 activations and sums,
- * the weights converted exactly (vcvtph2ps, or a 16-bit shift for bf16). Per 16 weights and
- * row: one load-and-widen, one shift (bf16) and one FMA, half the instructions of the AVX2
- * tile per byte: the AVX2 decode of a 2B BF16 model ran below the memory's speed (6.2 tok/s
- * against llama.cpp's 10.8 on the same AVX-512 host, 2026-12-01). Rows go 4 at a time, as in
- * the AVX2 tiles; the columns past the last multiple of 16 are masked loads. More tokens: the
- * AVX2 set's tiles. Each 64 bytes of a row also prefetch the same columns of the next tile's
- * rows: rows of 2048 weights are one 4 KiB page, where the hardware prefetcher starts again
- * (x86_avx2_gemm.c float_gemv4). Reference: the scalar set's vec_dot (test_kernels.c).
+ * the weights converted exactly (vcvtph2ps, or a 16-bit shift for bf16). Per 16 weights: one
+ * load-and-widen, one shift (bf16) and one FMA, half the instructions of the AVX2 tile per
+ * byte. Rows go one at a time, each thread's rows one sequential stream of bytes, as ggml's
+ * vec_dot rows: until 2026-12-03 rows went 4 side by side (4 streams a page apart) with a
+ * software prefetch of the next tile's rows, and a 2B BF16/F16 decode read its weights at
+ * ~20 GB/s where this reads them at ~24-26 (5.6-6.1 -> 6.7-7.9 tok/s, the engine's decode,
+ * 2 threads, runs alternating on a busy VM; bench/README-kernels.md). More tokens: the AVX2
+ * set's tiles. Reference: the scalar set's vec_dot (test_kernels.c).
  */
 #if defined(__x86_64__)
 
 #include "x86_avx512.h"
-
-#define GEMV_R 4   /* rows per tile */
 
 /* 16 weights of a row from column k as float32 (lanes past mask zero). */
 EV_AVX512_INLINE __m512 load16_w(const uint8_t *row, int64_t k, __mmask16 m, const int f16) {
@@ -23,52 +21,33 @@ EV_AVX512_INLINE __m512 load16_w(const uint8_t *row, int64_t k, __mmask16 m, con
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* Rows r..r+R-1 (R <= 4, compile-time after inlining) against the one token. */
-EV_AVX512_INLINE void gemv_tile(const ev_gemm_args *a, int64_t r, const int R, const int f16) {
+/* Row r against the one token: 4 accumulators over 64 columns a step (the FMA latency), the
+ * columns past the last multiple of 16 masked. */
+EV_AVX512_INLINE void gemv_row(const ev_gemm_args *a, int64_t r, const int f16) {
     const float *x = (const float *)a->x;
     const int64_t n = a->n_in;
-    const uint8_t *w[GEMV_R];
-    __m512 acc[GEMV_R];
-#pragma GCC unroll 4
-    for (int i = 0; i < R; i++) {
-        w[i] = a->w + (r + i) * a->w_stride;
-        acc[i] = _mm512_setzero_ps();
-    }
-    const int64_t ahead = GEMV_R * a->w_stride;   /* the next tile's rows */
+    const uint8_t *w = a->w + r * a->w_stride;
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                     _mm512_setzero_ps()};
     int64_t k = 0;
-    for (; k + 32 <= n; k += 32) {
+    for (; k + 64 <= n; k += 64) {
 #pragma GCC unroll 4
-        for (int i = 0; i < R; i++) _mm_prefetch((const char *)(w[i] + ahead + 2 * k), _MM_HINT_T0);
-#pragma GCC unroll 2
-        for (int h = 0; h < 32; h += 16) {
-            const __m512 xv = _mm512_loadu_ps(x + k + h);
-#pragma GCC unroll 4
-            for (int i = 0; i < R; i++)
-                acc[i] = _mm512_fmadd_ps(load16_w(w[i], k + h, (__mmask16)0xffff, f16), xv, acc[i]);
-        }
+        for (int h = 0; h < 4; h++)
+            acc[h] = _mm512_fmadd_ps(load16_w(w, k + 16 * h, (__mmask16)0xffff, f16),
+                                     _mm512_loadu_ps(x + k + 16 * h), acc[h]);
     }
-    for (; k + 16 <= n; k += 16) {
-        const __m512 xv = _mm512_loadu_ps(x + k);
-#pragma GCC unroll 4
-        for (int i = 0; i < R; i++)
-            acc[i] = _mm512_fmadd_ps(load16_w(w[i], k, (__mmask16)0xffff, f16), xv, acc[i]);
+    for (; k < n; k += 16) {
+        const __mmask16 m = n - k >= 16 ? (__mmask16)0xffff : avx512_mask16(n - k);
+        acc[0] = _mm512_fmadd_ps(load16_w(w, k, m, f16), _mm512_maskz_loadu_ps(m, x + k), acc[0]);
     }
-    if (k < n) {
-        const __mmask16 m = avx512_mask16(n - k);
-        const __m512 xv = _mm512_maskz_loadu_ps(m, x + k);
-#pragma GCC unroll 4
-        for (int i = 0; i < R; i++)
-            acc[i] = _mm512_fmadd_ps(load16_w(w[i], k, m, f16), xv, acc[i]);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < R; i++)
-        a->y[r + i] = _mm512_reduce_add_ps(acc[i]) + (a->bias ? a->bias[r + i] : 0.0f);
+    const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+    a->y[r] = _mm512_reduce_add_ps(sum) + (a->bias ? a->bias[r] : 0.0f);
 }
 
+/* The thread's rows one after the other: adjacent rows are adjacent bytes, so the weights are
+ * one sequential stream. */
 EV_AVX512_INLINE void gemv(const ev_gemm_args *a, int64_t r0, int64_t r1, const int f16) {
-    int64_t r = r0;
-    for (; r + GEMV_R <= r1; r += GEMV_R) gemv_tile(a, r, GEMV_R, f16);
-    for (; r < r1; r++) gemv_tile(a, r, 1, f16);
+    for (int64_t r = r0; r < r1; r++) gemv_row(a, r, f16);
 }
 
 EV_AVX512 void ev_avx512_gemm_f16(const ev_gemm_args *a, int64_t r0, int64_t r1) {
