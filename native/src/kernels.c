@@ -24,7 +24,9 @@
  *     a multiple of 16). Each thread streams its weight rows once per token block.
  *  3. Within a chunk the kernel set's register-blocked gemm runs (several tokens per decoded
  *     weight block; for Q4_K/Q6_K in the AVX-512 sets a decode row kernel, x86_avx512_kgemv.c),
- *     or, where the set has none for the type, vec_dot over every (token, row) pair.
+ *     or, where the set has none for the type, vec_dot over every (token, row) pair. At one
+ *     token a fast set's gemv_x16 replaces gemm for F16/BF16 weights (activations rounded to
+ *     the weight's 16-bit type, as llama.cpp's decode).
  */
 #include "kernels.h"
 
@@ -121,7 +123,8 @@ static void matmul_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
         else j->gemm_dq(&a, r0, r1);
         return;
     }
-    ev_gemm_fn gemm = j->k->gemm[j->wtype];
+    ev_gemm_fn gemm = j->a.n_tok == 1 && j->k->gemv_x16[j->wtype] ? j->k->gemv_x16[j->wtype]
+                                                                   : j->k->gemm[j->wtype];
     if (gemm) {
         gemm(&j->a, r0, r1);
     } else {

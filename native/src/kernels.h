@@ -159,6 +159,12 @@ typedef struct ev_kernels {
     /* The many-token product of BF16 weights on the float activations rounded to bf16 (same
      * arguments as gemm_dq), as llama.cpp does: only in the "fast" sets. NULL: gemm_dq. */
     ev_gemm_fn gemm_bf16x[EV_TYPE_MAX + 1];
+    /* The one-token product of F16/BF16 weights on the float activations rounded to the
+     * weight's own 16-bit type (f16, bf16; same arguments as gemm), as llama.cpp's
+     * vec_dot_f16 / vec_dot_bf16 do: half the activation bytes, so long rows keep them in L1
+     * (x86_avx512_gemv.c). Only in the "fast" sets; ev_matmul prefers it to gemm at one
+     * token. NULL: gemm. */
+    ev_gemm_fn gemv_x16[EV_TYPE_MAX + 1];
 } ev_kernels;
 
 /* From this many tokens on, ev_matmul multiplies float32 activations with the dequantised

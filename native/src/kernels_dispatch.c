@@ -48,7 +48,7 @@ const ev_kernels *ev_kernels_fast(void) {
 
 /* every field of ev_kernels is a pointer, and ev_kernels_derive below takes each of them:
  * a new field must be added there (this count fails until it is) */
-_Static_assert(sizeof(ev_kernels) == sizeof(void *) * (11 + 6 * (EV_TYPE_MAX + 1)),
+_Static_assert(sizeof(ev_kernels) == sizeof(void *) * (11 + 7 * (EV_TYPE_MAX + 1)),
                "ev_kernels_derive must take every field of ev_kernels");
 
 /* out = base, then every non-NULL entry of own in its place */
@@ -75,6 +75,7 @@ void ev_kernels_derive(ev_kernels *out, const ev_kernels *base, const ev_kernels
     TAKE(quantize_i16);
     TAKE_TYPES(gemm_q8x);
     TAKE_TYPES(gemm_bf16x);
+    TAKE_TYPES(gemv_x16);
 #undef TAKE_TYPES
 #undef TAKE
 }

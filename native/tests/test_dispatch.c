@@ -243,6 +243,21 @@ static int check_kernels(const ev_kernels *k, operands *o, int *ran) {
         k->gemm_bf16x[ty](&a, 0, o->n_out);
         bad += compare(o, o->xr), ++*ran;
     }
+
+    /* gemv_x16 (one token): float activations rounded to the weight's 16-bit type, against
+     * the scalar gemm_dq on those */
+    if (k->gemv_x16[ty] && o->n_tok == 1) {
+        for (int64_t i = 0; i < o->n_in; i++) {
+            uint16_t h[1];
+            tr->from_float(o->x + i, h, 1);
+            tr->to_float(h, o->xr + i, 1);
+        }
+        a = args(o, o->xr, fstride, NULL, NULL, o->y_ref);
+        s->gemm_dq[ty](&a, 0, o->n_out);
+        a = args(o, o->x, fstride, NULL, NULL, o->y);
+        k->gemv_x16[ty](&a, 0, o->n_out);
+        bad += compare(o, o->xr), ++*ran;
+    }
     return bad;
 }
 
@@ -298,6 +313,12 @@ static void test_tables_complete(const ev_kernels *sets[], int n_sets) {
                       k->name, tr->name);
             CHECK_MSG(tr->type == EV_TYPE_BF16 || !k->gemm_bf16x[tr->type],
                       "%s has a bf16 product for %s", k->name, tr->name);
+            /* gemv_x16 rounds the activations to the weight's own 16-bit type: F16/BF16
+             * weights, fast sets only (the default sets keep float32 activations) */
+            CHECK_MSG(!k->gemv_x16[tr->type] ||
+                          ((tr->type == EV_TYPE_F16 || tr->type == EV_TYPE_BF16) &&
+                           strstr(k->name, "-fast") != NULL),
+                      "%s has a 16-bit-activation row for %s", k->name, tr->name);
             /* the register-blocked few-token kernels of the SIMD sets exist for the five
              * types they were written for, and the AVX-512 decode row kernels for Q4_K, Q6_K
              * and IQ4_XS (x86_avx512_kgemv.c; compared below, n_tok = 1, and in
@@ -392,7 +413,7 @@ static void test_matmul_missing_entries(const ev_kernels *best) {
         holes.name = "holes";
         holes.vec_dot[ty] = NULL;
         holes.gemm[ty] = holes.gemm_dq[ty] = holes.gemm_q16x[ty] = NULL;
-        holes.gemm_q8x[ty] = holes.gemm_bf16x[ty] = NULL;
+        holes.gemm_q8x[ty] = holes.gemm_bf16x[ty] = holes.gemv_x16[ty] = NULL;
         holes.quantize_q8_0 = NULL;
         holes.quantize_q8_K = NULL;
         const int64_t toks[] = {1, 3, 5, 20};

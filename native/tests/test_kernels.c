@@ -299,6 +299,7 @@ static int check_matmul(ev_pool *pool, const ev_kernels *k, int32_t type, int64_
     const int q16x = quantized && int_path && !q8x && k->gemm_q16x[type] != NULL;
     const int quant = quantized && (q8x || (!q16x && n_tok < EV_MATMUL_FLOAT_MIN_TOK));
     const int bf16x = n_tok >= EV_MATMUL_FLOAT_MIN_TOK && k->gemm_bf16x[type] != NULL;
+    const int x16 = n_tok == 1 && k->gemv_x16[type] != NULL;   /* weight's own 16-bit type */
     for (int64_t t = 0; t < n_tok; t++) {
         /* the reference multiplies what the kernel multiplies: for quantised weights the
          * activations after Q8_0 quantisation (a separate loose check below covers that),
@@ -312,6 +313,13 @@ static int check_matmul(ev_pool *pool, const ev_kernels *k, int32_t type, int64_
             round_i16(x + t * n_in, xf, n_in);
         } else if (bf16x) {   /* gemm_bf16x rounds the activations to bf16 */
             for (int64_t i = 0; i < n_in; i++) xf[i] = ev_bf16_to_f32(ev_f32_to_bf16(x[t * n_in + i]));
+        } else if (x16) {     /* gemv_x16 rounds them to f16 (F16) or bf16 (BF16) */
+            const ev_type_traits *wt = ev_type_get(type);
+            uint16_t h[1];
+            for (int64_t i = 0; i < n_in; i++) {
+                wt->from_float(x + t * n_in + i, h, 1);
+                wt->to_float(h, xf + i, 1);
+            }
         } else {
             memcpy(xf, x + t * n_in, (size_t)n_in * 4);
         }
@@ -366,7 +374,10 @@ static void test_matmul_against_double_reference(void) {
         {1030, 512, 17},    /* and more rows than EV_GEMM_NC (one token block is enough:
                                250 tokens here were most of this test's time) */
         {9, 45, 17},        /* float weights: the decode rows' 8-column and scalar tails */
-        {6, 104, 17}};      /* and their 8-column tail after whole steps of 32 */
+        {6, 104, 17},       /* and their 8-column tail after whole steps of 32 */
+        {11, 3105, 17},     /* F16/BF16 decode rows past 3072 columns: 4 side by side, a
+                               3-row tail and a 1-column tail (x86_avx512_gemv.c) */
+        {3, 16400, 1}};     /* longer than gemv_x16 rounds (16384): the exact rows */
     for (int si = 0; si < n_sets; si++) {
         for (int pi = 0; pi < 2; pi++) {
             for (int ti = 0; ti < ev_type_count(); ti++) {

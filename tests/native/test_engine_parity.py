@@ -218,3 +218,34 @@ def test_fast_precision_rounds_activations_and_stays_close(
         assert agree[0] / agree[1] >= 0.9, (wtype, agree)
     with pytest.raises(ValueError, match="unknown kernel mode 'turbo'"):
         fast.use_kernels("turbo")
+
+
+def test_fast_precision_decodes_f16_bf16_on_16_bit_activations(
+        converted: Callable[[str, str], Path]) -> None:
+    # precision "fast" decodes F16/BF16 weights as llama.cpp's vec_dot_f16 / vec_dot_bf16: the
+    # activations rounded to f16 / bf16 (gemv_x16, x86_avx512_gemv.c, where the fast set has
+    # it; elsewhere the same kernels as "best"). Both sessions prefill with the exact kernels,
+    # then decode the golden steps: the fast steps differ from the exact ones (the rounding
+    # kernel ran) by at most the rounding of the activations, with the same greedy tokens.
+    g = golden("qwen3vl-tiny-a", "two_images")
+    rounds = NativeSession.kernels_name("fast") != NativeSession.kernels_name("best")
+    for wtype in ("f16", "bf16"):
+        steps = []
+        for mode in ("best", "fast"):
+            s = session_for(converted("qwen3vl-tiny-a", wtype))
+            prompt = prompt_from_golden(g, encode_items(s, g))
+            step = s.prefill(prompt)[-1].copy()
+            s.use_kernels(mode)
+            got = []
+            for token, position in zip(g["generated_ids"][:-1], g["decode_positions"][:-1],
+                                       strict=True):
+                s.decode(int(token), int(position), step)
+                got.append(step.copy())
+            steps.append(np.stack(got))
+        exact, fast = steps
+        if rounds:
+            assert rel(fast, exact) > 1e-6, wtype     # the rounding kernels ran
+        else:
+            assert rel(fast, exact) == 0.0, wtype
+        assert rel(fast, exact) < (2e-2 if wtype == "bf16" else 2e-3), (wtype, rel(fast, exact))
+        assert list(fast.argmax(axis=1)) == list(exact.argmax(axis=1)), wtype

@@ -8,7 +8,8 @@
  *    against Q4_K/Q6_K weights with vpdpbusd + vpdpwssd row kernels (x86_avx512_kgemv.c).
  *  - "avx512-vnni-fast" (EDGEVLM_KERNELS_FAST): llama.cpp's arithmetic for the many-token
  *    products of Q8_0/Q4_0/Q4_K/Q5_K/IQ4_XS/Q6_K weights, Q8_0 activations (vpdpbusd) and, where the CPU has AVX-512 BF16, bf16 activations for BF16 weights
- *    (vdpbf16ps, x86_avx512_bf16.c).
+ *    (vdpbf16ps, x86_avx512_bf16.c); and for the one-token rows of F16 weights f16
+ *    activations, of BF16 weights (with AVX-512 BF16) bf16 ones (gemv_x16, x86_avx512_gemv.c).
  */
 #if defined(__x86_64__)
 
@@ -54,9 +55,11 @@ static void build(void) {
     AVX512_FAST.gemm_q8x[EV_TYPE_Q5_K] = ev_avx512_gemm_q8x_q5_K;
     AVX512_FAST.gemm_q8x[EV_TYPE_IQ4_XS] = ev_avx512_gemm_q8x_iq4_xs;
     AVX512_FAST.gemm_q8x[EV_TYPE_Q6_K] = ev_avx512_gemm_q8x_q6_K;
+    AVX512_FAST.gemv_x16[EV_TYPE_F16] = ev_avx512_gemv_x16_f16;
     if (__builtin_cpu_supports("avx512bf16")) {
         AVX512_FAST.name = "avx512-vnni-bf16-fast";
         AVX512_FAST.gemm_bf16x[EV_TYPE_BF16] = ev_avx512_gemm_bf16x;
+        AVX512_FAST.gemv_x16[EV_TYPE_BF16] = ev_avx512_gemv_x16_bf16;
     }
 }
 

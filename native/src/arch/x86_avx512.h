@@ -79,6 +79,10 @@ void ev_avx512_quantize_i16(const float *x, int16_t *q, float *d, int64_t n);
 /* decode against F16/BF16 weights (one token; more: the AVX2 tiles) of x86_avx512_gemv.c */
 void ev_avx512_gemm_f16(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx512_gemm_bf16(const ev_gemm_args *a, int64_t r0, int64_t r1);
+/* the fast sets' one-token rows on f16- / bf16-rounded activations (gemv_x16; the BF16 one
+ * needs AVX-512 BF16 on top of the set's extensions) */
+void ev_avx512_gemv_x16_f16(const ev_gemm_args *a, int64_t r0, int64_t r1);
+void ev_avx512_gemv_x16_bf16(const ev_gemm_args *a, int64_t r0, int64_t r1);
 
 /* decode against Q4_K, Q6_K and IQ4_XS weights (one token of Q8_K activations, prepared once per
  * call; more tokens: the AVX2 vec_dot per pair) of x86_avx512_kgemv.c */
