@@ -187,9 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="context size in tokens: prompt + image tokens + max tokens (default "
                    "4096)")
     p.add_argument("--precision", choices=["auto", "exact", "fast"], default="auto",
-                   help="prefill/vision arithmetic: exact (within ~1e-5 of float32), fast "
-                   "(llama.cpp's rounding of activations, faster on AVX-512 and ARM "
-                   "dot-product) or auto (default: fast for K-quant and IQ4 weights, "
+                   help="prefill/vision arithmetic (and F16/BF16 decode): exact (within "
+                   "~1e-5 of float32), fast (llama.cpp's rounding of activations, faster "
+                   "on AVX-512 and ARM dot-product) or auto (default: fast for K-quant and IQ4 weights, "
                    "exact otherwise)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--logits-out", metavar="FILE.npy",

@@ -91,7 +91,8 @@ def _normalise_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, An
 # exact: within ~1e-5 of float32 (Engine's default); fast: activations rounded as llama.cpp
 # does (Q8_0 for Q8_0/Q4_0 weights, bf16 for BF16, int8 blocks for the K-quants/IQ4) where the
 # CPU makes that faster (AVX-512; ARM dot-product for Q8_0/Q4_0), ~1.5-2x the prefill speed
-# there; decode is the same in both. Precision name -> the session's kernel mode.
+# there; decode differs only for F16/BF16 weights on AVX-512 (fast: f16/bf16 activations, as
+# llama.cpp's decode). Precision name -> the session's kernel mode.
 PRECISIONS = {"exact": "best", "fast": "fast"}
 # auto (the daemon's and `edgevlm run`'s default): fast for K-quant/IQ4 weights, else exact
 PRECISION_NAMES = ("auto", *PRECISIONS)

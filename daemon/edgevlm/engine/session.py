@@ -70,8 +70,9 @@ class NativeSession:
 
     def use_kernels(self, mode: str) -> None:
         """``best`` (full precision, the default), ``fast`` (prefill and the ViT round their
-        activations as llama.cpp does, where that is faster on this CPU) or ``scalar`` (the
-        reference kernels, for tests)."""
+        activations as llama.cpp does, and decode rounds them to f16/bf16 for F16/BF16
+        weights, where that is faster on this CPU) or ``scalar`` (the reference kernels, for
+        tests)."""
         self._check(lib.edgevlm_session_set_kernels(self.handle, _kernel_mode(mode)))
 
     @staticmethod
