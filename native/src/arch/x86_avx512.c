@@ -4,7 +4,8 @@
  * F, BW, VL and VNNI: Intel from Ice Lake / Cascade Lake, AMD from Zen 4.
  *  - "avx512-vnni" (the best set): many-token products of Q8_0/Q4_0/Q4_K/Q5_K/IQ4_XS/Q6_K
  *    weights on int16 activations (vpdpwssd, x86_avx512_qgemm.c), within ~1e-5 of the float
- *    products; decode against F16/BF16 weights on 512-bit vectors (x86_avx512_gemv.c), and
+ *    products; decode against Q8_0 weights with vpdpbusd (x86_avx512_qgemv.c), against
+ *    F16/BF16 weights on 512-bit vectors (x86_avx512_gemv.c), and
  *    against Q4_K/Q6_K weights with vpdpbusd + vpdpwssd row kernels (x86_avx512_kgemv.c).
  *  - "avx512-vnni-fast" (EDGEVLM_KERNELS_FAST): llama.cpp's arithmetic for the many-token
  *    products of Q8_0/Q4_0/Q4_K/Q5_K/IQ4_XS/Q6_K weights, Q8_0 activations (vpdpbusd) and, where the CPU has AVX-512 BF16, bf16 activations for BF16 weights
@@ -44,6 +45,7 @@ static void build(void) {
             if (AVX512.gemm_dq[t] == dq[i].avx2) AVX512.gemm_dq[t] = dq[i].avx512;
     AVX512.gemm[EV_TYPE_F16] = ev_avx512_gemm_f16;
     AVX512.gemm[EV_TYPE_BF16] = ev_avx512_gemm_bf16;
+    AVX512.gemm[EV_TYPE_Q8_0] = ev_avx512_gemm_q8_0;
     AVX512.gemm[EV_TYPE_Q4_K] = ev_avx512_gemm_q4_K;
     AVX512.gemm[EV_TYPE_Q6_K] = ev_avx512_gemm_q6_K;
     AVX512.gemm[EV_TYPE_IQ4_XS] = ev_avx512_gemm_iq4_xs;

@@ -76,6 +76,10 @@ void ev_avx512_gemm_q8x_iq4_xs(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx512_gemm_q8x_q6_K(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx512_quantize_i16(const float *x, int16_t *q, float *d, int64_t n);
 
+/* decode against Q8_0 weights (one token, vpdpbusd; more tokens: the AVX2 set's) of
+ * x86_avx512_qgemv.c */
+void ev_avx512_gemm_q8_0(const ev_gemm_args *a, int64_t r0, int64_t r1);
+
 /* decode against F16/BF16 weights (one token; more: the AVX2 tiles) of x86_avx512_gemv.c */
 void ev_avx512_gemm_f16(const ev_gemm_args *a, int64_t r0, int64_t r1);
 void ev_avx512_gemm_bf16(const ev_gemm_args *a, int64_t r0, int64_t r1);
