@@ -108,6 +108,7 @@ from engine_setup import (
     ensure_tools,
     machine_info,
     repo_state,
+    tools_build_name,
 )
 
 ALL_OPS = ("pp128", "pp512", "tg64", "vit256", "vit448")
@@ -251,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             versions.setdefault(name, v)
         for tool in TOOL_OF:
             if tool in versions:
-                versions[tool] += f" ({args.isa} build, tools/llamacpp_tools.py)"
+                versions[tool] += f" ({tools_build_name(args.isa)})"
         if "llama.cpp" in versions:
             versions["llama.cpp"] += f" (built from source, CMAKE_ARGS={LLAMA_CMAKE_ARGS})"
         return {

@@ -55,6 +55,14 @@ def ensure_tools(targets: list[str], variant: str) -> str:
     return str(build(targets, variant))
 
 
+def tools_build_name(variant: str) -> str:
+    """How llama.cpp's tools were built for ``variant`` on this CPU, for the report."""
+    sys.path.insert(0, str(REPO / "tools"))
+    from llamacpp_tools import build_plan  # type: ignore[import-not-found]
+
+    return f"{build_plan(variant)[2]}, tools/llamacpp_tools.py"
+
+
 def ensure_checkpoint(python: str) -> Path:
     sys.path.insert(0, str(REPO / "tools"))
     from make_2b_model import default_dir, is_complete  # type: ignore[import-not-found]

@@ -31,6 +31,7 @@ from typing import Any
 
 from engine_common import REPO, cache_root, display_path, log
 from engine_driver import alternate, start_workers, summarise
+from engine_setup import tools_build_name
 
 SAMPLE = REPO / "daemon" / "edgevlm" / "models" / "samples" / "front_door.jpg"
 SNAPSHOT_SIZE = (640, 360)     # a Frigate snapshot of a 640×360 (16:9) detect stream
@@ -188,7 +189,7 @@ def run_camera(qtype: str, gguf: Path, args: argparse.Namespace, llama_py: str
             hello = workers["edgevlm"].hello
             versions |= {"edgevlm": hello["version"], "edgevlm build": hello["build"].strip()}
         if MTMD in workers:
-            versions[MTMD] = f"{workers[MTMD].version} (native build, tools/llamacpp_tools.py)"
+            versions[MTMD] = f"{workers[MTMD].version} ({tools_build_name('native')})"
         samples = alternate(workers, plan, args.runs, f"camera {qtype}")
     finally:
         for w in workers.values():

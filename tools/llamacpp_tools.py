@@ -13,6 +13,12 @@ built with CMake + Ninja:
 - ``avx2``: ``GGML_NATIVE=OFF`` with AVX, AVX2, FMA, F16C and BMI2 only (``build-avx2/``), the
   code path of an AVX2-only host, measurable on any x86 host (issue 27).
 
+On a CPU with AMX (Sapphire Rapids and later Xeons) the native build leaves AMX out
+(``-mno-amx-tile -mno-amx-int8 -mno-amx-bf16``, ``build-noamx/``): this tree's AMX matrix
+product crashes on the first prefill there (SIGSEGV in ``ggml_backend_amx_mul_mat`` at
+``ldtilecfg``: llama.cpp issue #20824, the per-thread permission and on-stack tile config of
+PR #26954, unmerged), so llama.cpp runs there as its users run it, without the AMX buffer.
+
 Nothing here is committed. The first build takes 10-20 minutes on 2 cores; later calls reuse
 it (a ``.complete-<target>`` marker per built target). Needs cmake, ninja and a C++ compiler
 (``apt install cmake ninja-build g++``). ``EDGEVLM_LLAMACPP_TOOLS`` overrides the cache.
@@ -41,6 +47,27 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
                             "-DGGML_FMA=ON", "-DGGML_F16C=ON", "-DGGML_BMI2=ON",
                             "-DGGML_AVX512=OFF", "-DGGML_AVX_VNNI=OFF"]),
 }
+
+
+_NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
+
+def cpu_has_amx() -> bool:
+    """Whether this CPU advertises AMX tiles (Linux ``/proc/cpuinfo``)."""
+    try:
+        return " amx_tile" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+def build_plan(variant: str) -> tuple[str, list[str], str]:
+    """(build directory name, CMake flags, description) of ``variant`` on this CPU."""
+    build_name, flags = VARIANTS[variant]
+    if variant == "native" and cpu_has_amx():
+        return ("build-noamx",
+                [*flags, f"-DCMAKE_C_FLAGS={_NO_AMX}", f"-DCMAKE_CXX_FLAGS={_NO_AMX}"],
+                "native build without AMX (llama.cpp #20824)")
+    return build_name, flags, f"{variant} build"
 
 
 def cache_dir() -> Path:
@@ -86,7 +113,7 @@ def ensure_tools(targets: Sequence[str] = DEFAULT_TARGETS, variant: str = "nativ
     for tool in ("cmake", "ninja"):
         if shutil.which(tool) is None:
             raise RuntimeError(f"{tool} is not installed (apt install cmake ninja-build g++)")
-    build_name, flags = VARIANTS[variant]
+    build_name, flags, _ = build_plan(variant)
     build = cache_dir() / build_name
     bin_dir = build / "bin"
     missing = [t for t in targets

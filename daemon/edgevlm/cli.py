@@ -189,8 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", choices=["auto", "exact", "fast"], default="auto",
                    help="prefill/vision arithmetic (and F16/BF16 decode): exact (within "
                    "~1e-5 of float32), fast (llama.cpp's rounding of activations, faster "
-                   "on AVX-512 and ARM dot-product) or auto (default: fast for K-quant and IQ4 weights, "
-                   "exact otherwise)")
+                   "on AVX-512 and ARM dot-product) or auto (default: fast for K-quant and "
+                   "IQ4 weights, exact otherwise)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--logits-out", metavar="FILE.npy",
                    help="write float32 [steps, vocab] logits of every generated step")
