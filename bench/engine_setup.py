@@ -39,6 +39,10 @@ def ensure_llama_venv() -> str:
         subprocess.run([base, "-m", "venv", str(venv)], check=True)
     env = {**os.environ, "CMAKE_ARGS": LLAMA_CMAKE_ARGS,
            "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 2)}
+    no_amx = _no_amx_flags()
+    if no_amx:   # as tools/llamacpp_tools.py: the tree's AMX product crashes (llama.cpp #20824)
+        log(f"AMX CPU: building without AMX (CFLAGS/CXXFLAGS {no_amx})")
+        env |= {"CFLAGS": no_amx, "CXXFLAGS": no_amx}
     build_log = cache_root() / "build-llamacpp.log"
     with open(build_log, "a") as fh:
         subprocess.run([str(py), "-m", "pip", "install", "--no-binary", "llama-cpp-python",
@@ -53,6 +57,14 @@ def ensure_tools(targets: list[str], variant: str) -> str:
     from llamacpp_tools import ensure_tools as build  # type: ignore[import-not-found]
 
     return str(build(targets, variant))
+
+
+def _no_amx_flags() -> str:
+    """The compiler flags that leave AMX out of a native llama.cpp build on this CPU, or ""."""
+    sys.path.insert(0, str(REPO / "tools"))
+    from llamacpp_tools import NO_AMX_FLAGS, cpu_has_amx  # type: ignore[import-not-found]
+
+    return NO_AMX_FLAGS if cpu_has_amx() else ""
 
 
 def tools_build_name(variant: str) -> str:

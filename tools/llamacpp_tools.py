@@ -49,7 +49,7 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
 }
 
 
-_NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+NO_AMX_FLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 
 
 def cpu_has_amx() -> bool:
@@ -65,7 +65,7 @@ def build_plan(variant: str) -> tuple[str, list[str], str]:
     build_name, flags = VARIANTS[variant]
     if variant == "native" and cpu_has_amx():
         return ("build-noamx",
-                [*flags, f"-DCMAKE_C_FLAGS={_NO_AMX}", f"-DCMAKE_CXX_FLAGS={_NO_AMX}"],
+                [*flags, f"-DCMAKE_C_FLAGS={NO_AMX_FLAGS}", f"-DCMAKE_CXX_FLAGS={NO_AMX_FLAGS}"],
                 "native build without AMX (llama.cpp #20824)")
     return build_name, flags, f"{variant} build"
 
