@@ -51,28 +51,30 @@ def ensure_llama_venv() -> str:
     return str(py)
 
 
+def _llamacpp_tools() -> Any:
+    """``tools/llamacpp_tools.py``, the one place that knows how llama.cpp's tools are built."""
+    tools = str(REPO / "tools")
+    if tools not in sys.path:
+        sys.path.insert(0, tools)
+    import llamacpp_tools  # type: ignore[import-not-found]
+
+    return llamacpp_tools
+
+
 def ensure_tools(targets: list[str], variant: str) -> str:
     """llama.cpp's own tools (``llama-bench``, ...) built by ``tools/llamacpp_tools.py``."""
-    sys.path.insert(0, str(REPO / "tools"))
-    from llamacpp_tools import ensure_tools as build  # type: ignore[import-not-found]
-
-    return str(build(targets, variant))
+    return str(_llamacpp_tools().ensure_tools(targets, variant))
 
 
 def _no_amx_flags() -> str:
     """The compiler flags that leave AMX out of a native llama.cpp build on this CPU, or ""."""
-    sys.path.insert(0, str(REPO / "tools"))
-    from llamacpp_tools import NO_AMX_FLAGS, cpu_has_amx  # type: ignore[import-not-found]
-
-    return NO_AMX_FLAGS if cpu_has_amx() else ""
+    tools = _llamacpp_tools()
+    return tools.NO_AMX_FLAGS if tools.cpu_has_amx() else ""
 
 
 def tools_build_name(variant: str) -> str:
     """How llama.cpp's tools were built for ``variant`` on this CPU, for the report."""
-    sys.path.insert(0, str(REPO / "tools"))
-    from llamacpp_tools import build_plan  # type: ignore[import-not-found]
-
-    return f"{build_plan(variant)[2]}, tools/llamacpp_tools.py"
+    return f"{_llamacpp_tools().build_plan(variant)[2]}, tools/llamacpp_tools.py"
 
 
 def ensure_checkpoint(python: str) -> Path:

@@ -52,18 +52,23 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
 NO_AMX_FLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 
 
-def cpu_has_amx() -> bool:
-    """Whether this CPU advertises AMX tiles (Linux ``/proc/cpuinfo``)."""
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def cpu_has_amx(cpuinfo: Path = CPUINFO) -> bool:
+    """Whether this CPU advertises AMX tiles (the ``amx_tile`` flag of Linux's cpuinfo)."""
     try:
-        return " amx_tile" in Path("/proc/cpuinfo").read_text()
+        return any(line.startswith("flags") and "amx_tile" in line.split()
+                   for line in cpuinfo.read_text().splitlines())
     except OSError:
         return False
 
 
-def build_plan(variant: str) -> tuple[str, list[str], str]:
-    """(build directory name, CMake flags, description) of ``variant`` on this CPU."""
+def build_plan(variant: str, amx: bool | None = None) -> tuple[str, list[str], str]:
+    """(build directory name, CMake flags, description) of ``variant`` on this CPU (``amx``:
+    whether it has AMX; default: ask cpuinfo)."""
     build_name, flags = VARIANTS[variant]
-    if variant == "native" and cpu_has_amx():
+    if variant == "native" and (cpu_has_amx() if amx is None else amx):
         return ("build-noamx",
                 [*flags, f"-DCMAKE_C_FLAGS={NO_AMX_FLAGS}", f"-DCMAKE_CXX_FLAGS={NO_AMX_FLAGS}"],
                 "native build without AMX (llama.cpp #20824)")

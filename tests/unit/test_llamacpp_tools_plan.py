@@ -14,27 +14,27 @@ import pytest
 
 from tools import llamacpp_tools
 
-XEON_FLAGS = "flags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8\n"
-ZEN4_FLAGS = "flags\t\t: fpu avx2 avx512f avx512_bf16 avx512_vnni\n"
+# flags lines as Linux prints them (abridged)
+XEON_CPUINFO = "processor\t: 0\nflags\t\t: fpu avx2 avx512f amx_bf16 amx_tile amx_int8\n"
+ZEN4_CPUINFO = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 avx512_vnni\n"
+# "amx_tile" elsewhere than in the flags, or only as part of another flag, is not AMX
+NOT_AMX_CPUINFO = "model name\t: amx_tile emulator\nflags\t\t: fpu avx2 amx_tile_like\n"
 
 
-def _cpuinfo(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, text: str) -> None:
+@pytest.mark.parametrize(("text", "has_amx"), [
+    (XEON_CPUINFO, True), (ZEN4_CPUINFO, False), (NOT_AMX_CPUINFO, False)])
+def test_amx_is_read_from_the_cpuinfo_flags(tmp_path: Path, text: str, has_amx: bool) -> None:
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(text)
-    real_path = llamacpp_tools.Path
-
-    def fake_path(*parts: str) -> Path:
-        if parts == ("/proc/cpuinfo",):
-            return cpuinfo
-        return real_path(*parts)
-
-    monkeypatch.setattr(llamacpp_tools, "Path", fake_path)
+    assert llamacpp_tools.cpu_has_amx(cpuinfo) is has_amx
 
 
-def test_native_build_on_an_amx_cpu_leaves_amx_out(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    _cpuinfo(monkeypatch, tmp_path, XEON_FLAGS)
-    build_dir, flags, description = llamacpp_tools.build_plan("native")
+def test_no_cpuinfo_means_no_amx(tmp_path: Path) -> None:
+    assert llamacpp_tools.cpu_has_amx(tmp_path / "missing") is False
+
+
+def test_native_build_on_an_amx_cpu_leaves_amx_out() -> None:
+    build_dir, flags, description = llamacpp_tools.build_plan("native", amx=True)
     assert build_dir == "build-noamx"
     assert "-DGGML_NATIVE=ON" in flags
     for lang in ("C", "CXX"):
@@ -44,15 +44,12 @@ def test_native_build_on_an_amx_cpu_leaves_amx_out(
     assert "without AMX" in description and "20824" in description
 
 
-def test_native_build_elsewhere_is_plain_native(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    _cpuinfo(monkeypatch, tmp_path, ZEN4_FLAGS)
-    assert llamacpp_tools.build_plan("native") == ("build", ["-DGGML_NATIVE=ON"], "native build")
+def test_native_build_elsewhere_is_plain_native() -> None:
+    assert llamacpp_tools.build_plan("native", amx=False) == (
+        "build", ["-DGGML_NATIVE=ON"], "native build")
 
 
-def test_the_avx2_pin_never_has_avx512_or_amx(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    _cpuinfo(monkeypatch, tmp_path, XEON_FLAGS)
-    build_dir, flags, description = llamacpp_tools.build_plan("avx2")
+def test_the_avx2_pin_never_has_avx512_or_amx() -> None:
+    build_dir, flags, description = llamacpp_tools.build_plan("avx2", amx=True)
     assert build_dir == "build-avx2" and description == "avx2 build"
     assert "-DGGML_NATIVE=OFF" in flags and "-DGGML_AVX512=OFF" in flags

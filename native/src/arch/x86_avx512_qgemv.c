@@ -20,7 +20,7 @@
 
 #include "x86_avx512.h"
 
-#define QGEMV_MAX_BLOCKS 1024   /* n_in <= 32768: 36-40 KiB of stack; longer rows: AVX2 */
+#define QGEMV_MAX_BLOCKS 1024   /* n_in <= 32768: 36 KiB of stack; longer rows: AVX2 */
 
 /* ---- Q8_0 -------------------------------------------------------------------------------- */
 
