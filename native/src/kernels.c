@@ -295,7 +295,10 @@ int ev_matmul(ev_pool *pool, const ev_kernels *k, int32_t wtype, const void *w,
         j.a.x = (const uint8_t *)x;
         j.a.x_stride = n_in * (int64_t)sizeof(float);
     }
-    ev_pool_for(p, n_out, ROW_GRAIN, matmul_rows, &j);
+    /* decode-sized products balanced (threadpool.c: the halves' times differ); the many-token
+     * kernels pack their activations per call, so they keep one chunk a thread */
+    if (j.many) ev_pool_for(p, n_out, ROW_GRAIN, matmul_rows, &j);
+    else ev_pool_for_balanced(p, n_out, ROW_GRAIN, matmul_rows, &j);
     return 0;
 }
 

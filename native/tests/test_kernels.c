@@ -10,6 +10,9 @@
 
 #include "kernels.h"
 #include "test_util.h"
+#if defined(__x86_64__)
+#include "arch/x86_avx512.h"
+#endif
 
 static unsigned long long seed = 12345;
 
@@ -446,6 +449,46 @@ static void test_matmul_against_double_reference(void) {
     ev_pool_free(pools[1]);
 }
 
+/* The AVX-512 sets take x86_avx512_gemv.c's F16/BF16 decode rows (exact: gemm; fast: F16's
+ * gemv_x16) on AMD only (x86_avx512.c). On any other AVX-512 host, copies of the two sets with
+ * those rows in place check them on the decode shapes of the sweep above. */
+static void test_amd_float_decode_rows_everywhere(void) {
+#if defined(__x86_64__)
+    const ev_kernels *best = ev_kernels_x86_avx512(), *fast = ev_kernels_x86_avx512_fast();
+    if (!best || best->gemm[EV_TYPE_F16] == ev_avx512_gemm_f16) return;   /* AMD: swept */
+    static ev_kernels exact_rows, fast_rows;
+    exact_rows = *best;
+    exact_rows.gemm[EV_TYPE_F16] = ev_avx512_gemm_f16;
+    exact_rows.gemm[EV_TYPE_BF16] = ev_avx512_gemm_bf16;
+    fast_rows = *fast;
+    fast_rows.gemm[EV_TYPE_F16] = ev_avx512_gemm_f16;
+    fast_rows.gemm[EV_TYPE_BF16] = ev_avx512_gemm_bf16;
+    fast_rows.gemv_x16[EV_TYPE_F16] = ev_avx512_gemv_x16_f16;
+    const ev_kernels *sets[] = {&exact_rows, &fast_rows};
+    const int32_t types[] = {EV_TYPE_F16, EV_TYPE_BF16};
+    const struct { int64_t n_out, n_in; } shapes[] = {
+        {1, 32}, {37, 96}, {130, 2112}, {20, 6144}, {9, 45}, {6, 104}, {11, 3105}, {3, 16400}};
+    ev_pool *pools[2] = {ev_pool_new(1), ev_pool_new(3)};
+    int runs = 0;
+    for (int si = 0; si < 2; si++)
+        for (int pi = 0; pi < 2; pi++)
+            for (int ti = 0; ti < 2; ti++)
+                for (size_t hi = 0; hi < sizeof shapes / sizeof shapes[0]; hi++) {
+                    const int bias = (int)(hi & 1);
+                    const int bad = check_matmul(pools[pi], sets[si], types[ti], shapes[hi].n_out,
+                                                 shapes[hi].n_in, 1, bias);
+                    CHECK_MSG(bad == 0, "AMD decode rows (%s set) %s threads=%d %lldx%lld: %d off",
+                              si ? "fast" : "exact", ev_type_get(types[ti])->name,
+                              ev_pool_n_threads(pools[pi]), (long long)shapes[hi].n_out,
+                              (long long)shapes[hi].n_in, bad);
+                    runs++;
+                }
+    fprintf(stderr, "AMD's F16/BF16 decode rows on this CPU: %d products checked\n", runs);
+    ev_pool_free(pools[0]);
+    ev_pool_free(pools[1]);
+#endif
+}
+
 /* A kernel set's gemm_q16x (q8x = 0) or gemm_q8x (q8x = 1) of Q4_0 and Q8_0 weights called
  * directly on ragged shapes: rows not a multiple of the panels (AVX2: 16 rows, tiles of 2
  * groups of 8; NEON: 4 rows) and a thread's sub-range [r0, r1) starting inside a panel, 1..40
@@ -824,6 +867,7 @@ static void test_activations_closed_form(void) {
 int main(void) {
     test_simd_sets_against_scalar();
     test_matmul_against_double_reference();
+    test_amd_float_decode_rows_everywhere();
     test_q4_decode_extremes();
     test_avx2_q16x_ragged();
     test_neon_int_ragged();
