@@ -203,12 +203,23 @@ static int has_f16c(void) {
     return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
 }
 
+ev_x86_vendor ev_x86_cpu_vendor(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return EV_X86_OTHER;
+    if (b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu) return EV_X86_INTEL;  /* GenuineIntel */
+    if (b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u) return EV_X86_AMD;    /* AuthenticAMD */
+    return EV_X86_OTHER;
+}
+
+int ev_x86_decode_prefetch;   /* set once by build(), before any set is handed out */
+
 static ev_kernels AVX2;
 static pthread_once_t built = PTHREAD_ONCE_INIT;
 
 /* the set's own kernels, and for the types it has no panel dequantiser of (IQ4_NL) the
  * many-token product dequantising through the type table into its panels */
 static void build(void) {
+    ev_x86_decode_prefetch = ev_x86_cpu_vendor() == EV_X86_INTEL;
     ev_kernels_derive(&AVX2, ev_kernels_scalar(), &AVX2_OWN);
     for (int i = 0; i < ev_type_count(); i++) {
         const int32_t t = ev_type_at(i)->type;

@@ -15,6 +15,25 @@
 #define EV_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define EV_AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 
+/* The CPU's vendor (CPUID leaf 0), for the few choices that were measured to differ. */
+typedef enum ev_x86_vendor { EV_X86_OTHER = 0, EV_X86_INTEL, EV_X86_AMD } ev_x86_vendor;
+ev_x86_vendor ev_x86_cpu_vendor(void);
+
+/* Decode rows stream a thread's weight rows once, front to back. On Intel (the Xeon of
+ * bench/README-kernels.md, "Decode rows prefetch ahead on Intel") the hardware prefetcher
+ * stays too close to such a stream: the AVX2 Q8_0 row read 14 GB/s of a 31 GB/s ceiling and
+ * the loads waited; a software prefetch 1-4 KiB ahead read 18-22 GB/s. On Zen 4 a prefetch
+ * ahead of a one-row stream cost 15-25 % (F16 rows), so it is Intel's only: 1 when the AVX2
+ * set was built on an Intel CPU. */
+extern int ev_x86_decode_prefetch;
+
+/* the cache lines of [p + ahead, p + ahead + bytes): one step of a decode row, `ahead` on */
+EV_AVX2_INLINE void decode_prefetch(const void *p, const int64_t bytes, const int64_t ahead) {
+#pragma GCC unroll 4
+    for (int64_t o = 0; o < bytes; o += 64)
+        _mm_prefetch((const char *)p + ahead + o, _MM_HINT_T0);
+}
+
 EV_AVX2_INLINE float avx2_hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));

@@ -29,8 +29,7 @@ static pthread_once_t built = PTHREAD_ONCE_INIT;
  * (bench/README-kernels.md, "One-token F16/BF16 rows on Intel"). So AMD takes them and every
  * other CPU keeps the AVX2 set's rows (BF16's gemv_x16, vdpbf16ps, stays: as fast there). */
 static int own_float_decode_rows(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_is("amd");
+    return ev_x86_cpu_vendor() == EV_X86_AMD;
 }
 
 static void build(void) {

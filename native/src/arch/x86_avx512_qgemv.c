@@ -52,13 +52,19 @@ EV_AVX512_INLINE __m128 scales4(const uint8_t *d0, int64_t stride, const float *
     return _mm_mul_ps(_mm_cvtph_ps(h), _mm_loadu_ps(dx));
 }
 
+/* on Intel (ev_x86_decode_prefetch) the row prefetches this far ahead: 1 KiB measured 2.5 %
+ * faster than 2 KiB and 9 % faster than 4 KiB here (engine decode, Xeon) */
+#define Q8_PREFETCH_AHEAD 1024
+
 EV_AVX512_INLINE float q8_row(const ev_block_q8_0 *w, int64_t nb, const q8_gx *px) {
     /* lanes 0-7 take scale j0, 8-15 scale j1 */
     const __m512i lo_pair = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     const __m512i hi_pair = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const int prefetch = ev_x86_decode_prefetch;
     __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
+        if (prefetch) decode_prefetch(w + b, 4 * (int64_t)sizeof(ev_block_q8_0), Q8_PREFETCH_AHEAD);
         const __m512i w01 = _mm512_inserti64x4(
             _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)w[b].qs)),
             _mm256_loadu_si256((const __m256i *)w[b + 1].qs), 1);
