@@ -12,12 +12,12 @@
  * another thread has not started yet, so threads of unequal speed finish together while each
  * still reads its rows as one sequential stream. A decode product's two halves do not take the
  * same time (measured on a 2-vCPU Xeon, pinned AVX2 Q8_0 decode: the caller's half 2.4 %
- * slower than the worker's, each thread idle ~6 % of every product waiting for the other, and
+ * slower than the worker's, each thread idle ~5 % of every product waiting for the other, and
  * a worker that waited out its spin on the 151936-row output product slept through the next
  * product's start). Handing out pieces from one shared counter instead (OpenMP's guided
  * schedule) balanced as well but made memory-bound decodes slower (Q4_0 -6 %): the threads
  * jump across the matrix and restart the hardware prefetcher's stream at every piece; ggml's
- * fixed 64-row pieces were slower still (-9 % on Q8_0).
+ * fixed 64-row pieces were slower still (Q8_0: -7 % against the shared counter's pieces).
  *
  * Spinning never calls sched_yield early: with any other runnable process on the CPU (a
  * background job, even at nice 19) a yield hands it a whole time slice (milliseconds) while
