@@ -82,16 +82,27 @@ struct ev_pool {
     atomic_int quit;
 };
 
-/* Takes the next piece of slot's range: half of what is left in whole grains (at least one,
- * at most all). 0 when the range is empty. */
+/* Thread t's chunk of ev_pool_for: [*start, *end), empty past n. */
+static void chunk_of(const struct ev_pool *p, int t, int64_t *start, int64_t *end) {
+    *start = (int64_t)t * p->chunk < p->n ? (int64_t)t * p->chunk : p->n;
+    *end = *start + p->chunk < p->n ? *start + p->chunk : p->n;
+}
+
+/* The next piece of a range of `len` items: half of it in whole grains, at least one grain,
+ * at most all of it. */
+static int64_t piece_of(int64_t len, int64_t grain) {
+    int64_t size = (len / 2 + grain - 1) / grain * grain;
+    if (size < grain) size = grain;
+    return size < len ? size : len;
+}
+
+/* Takes the next piece (piece_of) of slot's range. 0 when the range is empty. */
 static int take_front(ev_range_slot *slot, int64_t grain, int64_t *start, int64_t *end) {
     uint64_t v = atomic_load_explicit(&slot->lo_hi, memory_order_acquire);
     for (;;) {
         const int64_t lo = RANGE_LO(v), hi = RANGE_HI(v);
         if (lo >= hi) return 0;
-        int64_t size = ((hi - lo) / 2 + grain - 1) / grain * grain;
-        if (size < grain) size = grain;
-        if (size > hi - lo) size = hi - lo;
+        const int64_t size = piece_of(hi - lo, grain);
         if (atomic_compare_exchange_weak_explicit(&slot->lo_hi, &v, RANGE_PACK(lo + size, hi),
                                                   memory_order_acq_rel, memory_order_acquire)) {
             *start = lo;
@@ -137,9 +148,7 @@ static void run_balanced(struct ev_pool *p, int tid) {
     for (;;) {
         while (take_front(own, p->grain, &start, &end)) p->fn(p->ctx, start, end, tid);
         if (!steal_back(p, tid, &start, &end)) return;
-        int64_t size = ((end - start) / 2 + p->grain - 1) / p->grain * p->grain;
-        if (size < p->grain) size = p->grain;
-        if (size > end - start) size = end - start;
+        const int64_t size = piece_of(end - start, p->grain);
         atomic_store_explicit(&own->lo_hi, RANGE_PACK(start + size, end), memory_order_release);
         p->fn(p->ctx, start, start + size, tid);
     }
@@ -150,9 +159,8 @@ static void run_chunk(struct ev_pool *p, int tid) {
         run_balanced(p, tid);
         return;
     }
-    int64_t start = (int64_t)tid * p->chunk;
-    int64_t end = start + p->chunk;
-    if (end > p->n) end = p->n;
+    int64_t start, end;
+    chunk_of(p, tid, &start, &end);
     if (start < end) p->fn(p->ctx, start, end, tid);
 }
 
@@ -264,8 +272,8 @@ static void pool_run(ev_pool *pool, int64_t n, int64_t grain, ev_task_fn fn, voi
     p->balanced = balanced && n <= BALANCED_MAX_N;
     if (p->balanced)   /* the chunks of ev_pool_for, published by `generation` below */
         for (int t = 0; t < nt; t++) {
-            const int64_t lo = (int64_t)t * p->chunk < n ? (int64_t)t * p->chunk : n;
-            const int64_t hi = lo + p->chunk < n ? lo + p->chunk : n;
+            int64_t lo, hi;
+            chunk_of(p, t, &lo, &hi);
             atomic_store_explicit(&p->ranges[t].lo_hi, RANGE_PACK(lo, hi), memory_order_relaxed);
         }
     atomic_store_explicit(&p->pending, nt - 1, memory_order_relaxed);

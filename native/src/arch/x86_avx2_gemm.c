@@ -281,12 +281,12 @@ EV_AVX2_INLINE void q_gemv_row(const ev_gemm_args *a, int64_t r, const int q4) {
     const uint8_t *wr = a->w + r * a->w_stride;
     const ev_block_q8_0 *xr = (const ev_block_q8_0 *)a->x;
     const float *dx = a->x_scale;
-    const int64_t step = 2 * (q4 ? (int64_t)sizeof(ev_block_q4_0) : (int64_t)sizeof(ev_block_q8_0));
+    const int64_t block = q4 ? (int64_t)sizeof(ev_block_q4_0) : (int64_t)sizeof(ev_block_q8_0);
     const int prefetch = ev_x86_decode_prefetch;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-        if (prefetch) decode_prefetch(wr + b / 2 * step, step, DECODE_PREFETCH_AHEAD);
+        if (prefetch) decode_prefetch(wr + b * block, 2 * block, DECODE_PREFETCH_AHEAD);
         __m256i w0 = load_wq(wr, b, q4), w1 = load_wq(wr, b + 1, q4);
         __m256i p0 = avx2_dot32(_mm256_sign_epi8(w0, w0), w0,
                                 _mm256_loadu_si256((const __m256i *)xr[b].qs));
